@@ -1,0 +1,226 @@
+"""
+## What it does
+
+Finds a `Conv1d`/`Conv2d`/`Conv3d` or `Linear` layer with a bias whose output goes straight into
+a BatchNorm of the same dimension: adjacent in `nn.Sequential` (positional or `OrderedDict`), or
+in a module whose `forward` calls `self.bn(self.conv(x))` or `x = self.conv(x)` then
+`x = self.bn(x)`.
+
+## Why is it slow
+
+BatchNorm subtracts the per-channel mean of its input, and a per-channel bias added just before
+it moves that mean by exactly the bias: the bias cancels and never affects the output, while
+its parameters, its gradient and its optimizer state are still computed and stored every step.
+The PyTorch tuning guide: "disable bias for convolutions directly followed by a batch norm".
+BatchNorm's own `beta` already provides the shift.
+
+## Example
+
+```python
+nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
+```
+
+## Use instead
+
+```python
+nn.Sequential(nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+```
+
+## Fix safety
+
+Unsafe. The outputs are unchanged, but the module's `state_dict` loses the `conv.bias` entry, so
+existing checkpoints no longer load with `strict=True`, and code that reads `layer.bias` finds
+`None`. The fix is withheld in files that read a `.bias` attribute (weight initialisation loops
+often call `nn.init.zeros_(m.bias)`, which fails on `None`), and the rule is silent when the layer
+is called anywhere else in the module, or when anything sits between the layer and the norm.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#disable-bias-for-convolutions-directly-followed-by-a-batch-norm
+- https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
+- https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torchlint.matching import argument, dotted_name, has_star_args, is_literal, replace_arg_value, \
+    set_keyword, string_value
+from torchlint.rule import Rule
+
+# layer -> (dimension, positional index of `bias`)
+BIASED_LAYERS = {
+    "torch.nn.Conv1d": (1, 7), "torch.nn.Conv2d": (2, 7), "torch.nn.Conv3d": (3, 7), "torch.nn.Linear": (1, 2),
+    "torch.nn.modules.conv.Conv1d": (1, 7), "torch.nn.modules.conv.Conv2d": (2, 7),
+    "torch.nn.modules.conv.Conv3d": (3, 7), "torch.nn.modules.linear.Linear": (1, 2),
+}
+NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNorm3d": 3,
+         "torch.nn.modules.batchnorm.BatchNorm1d": 1, "torch.nn.modules.batchnorm.BatchNorm2d": 2,
+         "torch.nn.modules.batchnorm.BatchNorm3d": 3, "torch.nn.SyncBatchNorm": 0}
+SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
+
+
+@dataclass
+class _ClassLayers:
+    """What one module class defines (``self.x = nn.Conv2d(...)``) and how forward uses it."""
+
+    layers: dict[str, cst.Call] = field(default_factory=dict)
+    uses: dict[str, int] = field(default_factory=dict)
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (layer, norm) fed directly
+
+
+def _self_attribute(expr: cst.BaseExpression) -> str | None:
+    name = dotted_name(expr)
+    return name[5:] if name and name.startswith("self.") and name.count(".") == 1 else None
+
+
+class BiasBeforeNorm(Rule):
+    code = "TL401"
+    name = "bias-before-norm"
+    kind = "performance"
+    summary = "Conv/Linear bias right before BatchNorm, which cancels it"
+    fix_applicability = "unsafe"
+    triggers = ("BatchNorm",)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.classes: list[_ClassLayers] = []
+        self.candidates: list[cst.Call] = []
+        self.reads_bias = False
+
+    # which layer feeds which norm ---------------------------------------------------------
+    def _dimension(self, call: cst.BaseExpression, table: dict) -> int | None:
+        if isinstance(call, cst.Call):
+            return table.get(self.ctx.qualified_name(call.func) or "")
+        return None
+
+    def _feeds(self, layer: cst.BaseExpression, norm: cst.BaseExpression) -> bool:
+        dimension = self._dimension(layer, {k: v[0] for k, v in BIASED_LAYERS.items()})
+        norm_dimension = self._dimension(norm, NORMS)
+        return dimension is not None and norm_dimension is not None and norm_dimension in (0, dimension)
+
+    def _has_bias(self, layer: cst.Call) -> bool:
+        index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
+        bias = argument(layer, "bias", index)
+        return bias is None or not is_literal(bias.value, False)
+
+    def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression) -> None:
+        if self._feeds(layer, norm) and self._has_bias(layer):
+            self.candidates.append(layer)
+
+    # nn.Sequential ------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.ctx.qualified_name(node.func)
+        if name in SEQUENTIAL:
+            modules = [a.value for a in node.args if not a.star and a.keyword is None]
+            if len(modules) == 1 and isinstance(modules[0], cst.Call) and \
+                    self.ctx.qualified_name(modules[0].func) in ORDERED_DICT:
+                modules = self._ordered_dict_modules(modules[0])
+            for layer, norm in zip(modules, modules[1:]):
+                self._candidate(layer, norm)
+        elif self.classes:
+            self._record_use(node)
+
+    @staticmethod
+    def _ordered_dict_modules(call: cst.Call) -> list[cst.BaseExpression]:
+        if len(call.args) != 1 or not isinstance(call.args[0].value, (cst.List, cst.Tuple)):
+            return []
+        modules = []
+        for element in call.args[0].value.elements:
+            pair = element.value
+            if isinstance(pair, cst.Tuple) and len(pair.elements) == 2 and string_value(pair.elements[0].value):
+                modules.append(pair.elements[1].value)
+            else:
+                return []
+        return modules
+
+    # module classes: self.conv = nn.Conv2d(...) in __init__, self.bn(self.conv(x)) in forward ----
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(_ClassLayers())
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.classes and len(node.targets) == 1 and isinstance(node.value, cst.Call):
+            attribute = _self_attribute(node.targets[0].target)
+            if attribute is not None:
+                self.classes[-1].layers[attribute] = node.value
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "bias":
+            self.reads_bias = True
+
+    def _record_use(self, call: cst.Call) -> None:
+        state = self.classes[-1]
+        norm = _self_attribute(call.func)
+        if norm is None:
+            return
+        state.uses[norm] = state.uses.get(norm, 0) + 1
+        if len(call.args) != 1:
+            return
+        argument_value = call.args[0].value
+        if isinstance(argument_value, cst.Call) and _self_attribute(argument_value.func):
+            state.pairs.append((_self_attribute(argument_value.func), norm))  # self.bn(self.conv(x))
+        elif isinstance(argument_value, cst.Name):
+            layer = self._assigned_just_before(argument_value.value)  # x = self.conv(x); x = self.bn(x)
+            if layer is not None:
+                state.pairs.append((layer, norm))
+
+    def _assigned_just_before(self, variable: str) -> str | None:
+        position = self.ctx.statement_position()
+        if position is None or position[2] == 0:
+            return None
+        statement, body, index = position
+        previous = body[index - 1]
+        if not (isinstance(previous, cst.SimpleStatementLine) and len(previous.body) == 1
+                and isinstance(previous.body[0], cst.Assign)):
+            return None
+        assign = previous.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) \
+                or assign.targets[0].target.value != variable or not isinstance(assign.value, cst.Call):
+            return None
+        # the layer's output must not be read again after the norm: x = self.bn(x) rebinds it
+        rebinds = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
+            isinstance(statement.body[0], cst.Assign) and any(
+                isinstance(t.target, cst.Name) and t.target.value == variable for t in statement.body[0].targets)
+        if not rebinds and any(variable in _names(later) for later in body[index + 1:]):
+            return None
+        return _self_attribute(assign.value.func)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        state = self.classes.pop()
+        for layer, norm in state.pairs:
+            if layer in state.layers and norm in state.layers and state.uses.get(layer) == 1:
+                self._candidate(state.layers[layer], state.layers[norm])
+
+    # report at the end, once we know whether the file reads `.bias` ----------------------------
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for layer in self.candidates:
+            kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
+            self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "
+                               "pass `bias=False`", None if self.reads_bias else self._fix(layer))
+
+    def _fix(self, layer: cst.Call):
+        if has_star_args(layer):
+            return None
+        index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
+        bias = argument(layer, "bias", index)
+        new = replace_arg_value(layer, bias, cst.Name("False")) if bias is not None else \
+            set_keyword(layer, "bias", cst.Name("False"))
+        return self.fix("Set `bias=False`", self.replace(layer, new))
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names

@@ -1,0 +1,207 @@
+"""
+## What it does
+
+Finds a tensor that carries autograd history being kept across the iterations of a training loop:
+`losses.append(loss)`, `history["loss"].append(loss)`, `total_loss += loss`,
+`total_loss = total_loss + loss`, where `loss` is the value the loop backpropagates and the
+container or accumulator lives outside the loop.
+
+## Why is it wrong
+
+A loss tensor references the whole autograd graph that produced it. Keeping it past the iteration
+keeps that graph (its `grad_fn` chain, and every tensor the chain still holds) alive, so memory
+grows every step until the process runs out of it. PyTorch's FAQ names this first among the
+causes of running out of memory: "Don't accumulate history across your training loop." The
+`+=` form is worse, because the sum builds one ever-longer graph.
+
+## Example
+
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+```
+
+## Use instead
+
+```python
+    losses.append(loss.detach())
+```
+or `loss.item()` where a Python number is wanted (it synchronizes with the GPU each step).
+
+## Fix safety
+
+Safe. `.detach()` returns the same values without the graph, so everything that reads the values
+later (averages, logging, plots) is unchanged. The rule does not fire when the value is already a
+number (`.item()`, `float(...)`) or detached, under `torch.no_grad()`, when the container is
+rebuilt inside the loop, or when the accumulated value is itself backpropagated (gradient
+accumulation needs the graph).
+
+## References
+
+- https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
+- https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html
+- https://pytorch.org/docs/stable/generated/torch.Tensor.item.html
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import root_names
+from torchlint.rule import Rule
+
+# Calls and attributes after which a value no longer holds the graph.
+DETACHING_METHODS = frozenset({"item", "detach", "detach_", "tolist", "numpy", "data"})
+NUMBER_BUILTINS = frozenset({"float", "int", "bool", "str", "round", "len", "repr", "format"})
+
+
+def graph_names(expr: cst.BaseExpression) -> set[str]:
+    """Names whose autograd graph the value of expr still holds: ``loss * n`` -> {loss, n};
+    ``loss.item() * n`` -> {n}; ``float(loss)``, ``loss.detach()``, ``loss.data`` -> {}."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value not in DETACHING_METHODS:
+            return graph_names(expr.func.value)
+        return set()  # float(loss), loss.item(), or a call we cannot see into
+    if isinstance(expr, cst.Attribute):
+        return set() if expr.attr.value in DETACHING_METHODS else graph_names(expr.value)
+    if isinstance(expr, cst.BinaryOperation):
+        return graph_names(expr.left) | graph_names(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return graph_names(expr.expression)
+    if isinstance(expr, cst.Subscript):
+        return graph_names(expr.value)
+    return set()
+
+
+def is_detached(expr: cst.BaseExpression) -> bool:
+    """Explicitly turned into a number or detached: ``loss.item()``, ``float(loss)``,
+    ``loss.detach().cpu()``."""
+    while True:
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Name):
+                return expr.func.value in NUMBER_BUILTINS
+            if not isinstance(expr.func, cst.Attribute):
+                return False
+            if expr.func.attr.value in DETACHING_METHODS:
+                return True
+            expr = expr.func.value
+        elif isinstance(expr, cst.Attribute):
+            if expr.attr.value in DETACHING_METHODS:
+                return True
+            expr = expr.value
+        else:
+            return False
+
+
+class _LoopBindings(cst.CSTVisitor):
+    """Names reset inside a loop (``losses = []``; not ``total = total + loss``, which
+    accumulates), and those rebound to a detached value (``loss = loss.item()``)."""
+
+    def __init__(self) -> None:
+        self.reset: set[str] = set()
+        self.detached: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            for name in _target_names(target.target):
+                if name not in root_names(node.value):
+                    self.reset.add(name)
+                if is_detached(node.value):
+                    self.detached.add(name)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.reset.update(_target_names(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.reset.update(_target_names(node.target))
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in _target_names(element.value)}
+    return set()
+
+
+class RetainedGraph(Rule):
+    code = "TL101"
+    name = "retained-graph"
+    kind = "correctness"
+    summary = "A tensor with autograd history kept across training iterations (memory grows every step)"
+    fix_applicability = "safe"
+    triggers = ("backward",)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._bindings: dict[int, _LoopBindings] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "append" and len(node.args) == 1
+                and node.args[0].keyword is None and not node.args[0].star):
+            return
+        self._check(node, container=func.value, value=node.args[0].value, verb="appends")
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            self._check(node, container=node.target, value=node.value, verb="adds")
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # total = total + loss
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name) \
+                or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
+            return
+        total = node.targets[0].target.value
+        for own, other in ((value.left, value.right), (value.right, value.left)):
+            if isinstance(own, cst.Name) and own.value == total:
+                self._check(node, container=node.targets[0].target, value=other, verb="adds")
+                return
+
+    def _check(self, node: cst.CSTNode, container: cst.BaseExpression, value: cst.BaseExpression,
+               verb: str) -> None:
+        names = graph_names(value)
+        if not names or self.ctx.grad_disabled():
+            return
+        holders = root_names(container)
+        if not names or not holders:
+            return
+        loop = self._backpropagating_loop(names)
+        if loop is None:
+            return
+        bindings = self._loop_bindings(loop)
+        backpropagated = self.ctx.backpropagated_names(loop)
+        kept = names & backpropagated
+        if kept <= bindings.detached or holders & backpropagated:
+            return  # a number by now, or the accumulator is itself backpropagated (gradient accumulation)
+        if holders & bindings.reset:
+            return  # rebuilt every iteration: nothing survives it
+        name = sorted(kept)[0]
+        detached = f"{self.ctx.code_for(value)}.detach()" if isinstance(
+            value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({self.ctx.code_for(value)}).detach()"
+        self.report(node, f"`{self.ctx.code_for(container)}` {verb} `{name}` with its autograd graph on every "
+                          f"iteration, so memory grows each step; use `{detached}`",
+                    self.fix("Detach the value before keeping it", self.replace(value, detached)))
+
+    def _backpropagating_loop(self, names: set[str]) -> cst.CSTNode | None:
+        """The innermost enclosing loop (in this function) that backpropagates one of names."""
+        for loop in self.ctx._loops_in_function():
+            backpropagated = self.ctx.backpropagated_names(loop)
+            if backpropagated and names & backpropagated:
+                return loop
+        return None
+
+    def _loop_bindings(self, loop: cst.CSTNode) -> _LoopBindings:
+        if id(loop) not in self._bindings:
+            bindings = _LoopBindings()
+            loop.body.visit(bindings)
+            self._bindings[id(loop)] = bindings
+        return self._bindings[id(loop)]

@@ -1,0 +1,111 @@
+"""
+## What it does
+
+Finds `zero_grad` calls that write zeros into every gradient instead of dropping the gradients:
+`optimizer.zero_grad(set_to_none=False)` and `model.zero_grad(False)` on any torch version, and a
+bare `optimizer.zero_grad()` when the target torch is older than 2.0 (where `set_to_none`
+defaulted to `False`).
+
+## Why is it slow
+
+Writing zeros launches a memset for every parameter's gradient every step and keeps the
+gradient memory allocated between steps. With `set_to_none=True` the next backward pass allocates
+the gradients afresh and assigns them instead of adding to zeros, which saves the memset and one
+read per gradient. The PyTorch tuning guide lists this under "use parameter.grad = None instead of
+model.zero_grad()"; since torch 2.0, `set_to_none=True` is the default (pytorch#92731).
+
+## Example
+
+```python
+optimizer.zero_grad(set_to_none=False)
+```
+
+## Use instead
+
+```python
+optimizer.zero_grad()  # torch >= 2.0; write set_to_none=True on older versions
+```
+
+## Fix safety
+
+Unsafe. A gradient of `None` is not a gradient of zeros: optimizers skip parameters whose
+`.grad` is `None` (so momentum and weight decay do not move a parameter that got no gradient this
+step), and code that reads `p.grad` before the next backward finds `None`. The rule stays silent
+when the statements right after the call read `.grad` before the next `backward()`, and in files
+that capture CUDA graphs (`torch.cuda.graph`, `CUDAGraph`, `make_graphed_callables`), which need
+gradients that stay allocated. Versions: `set_to_none` exists since torch 1.7; a bare
+`zero_grad()` is reported only for a target torch from 1.7 up to (not including) 2.0.
+
+## References
+
+- https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#use-parameter-grad-none-instead-of-model-zero-grad-or-optimizer-zero-grad
+- https://github.com/pytorch/pytorch/pull/92731
+- https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import argument, is_literal, remove_arg, replace_arg_value, set_keyword
+from torchlint.rule import Rule
+
+CUDA_GRAPH_MARKERS = ("CUDAGraph", "cuda.graph(", "make_graphed_callables")
+
+
+class _GradReader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.reads_grad = False
+        self.backward = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "grad":
+            self.reads_grad = True
+        elif node.attr.value == "backward":
+            self.backward = True
+
+
+class ZeroGradSetToNone(Rule):
+    code = "TL301"
+    name = "zero-grad-set-to-none"
+    kind = "performance"
+    summary = "`zero_grad` that writes zeros instead of dropping the gradients (`set_to_none=True`)"
+    fix_applicability = "unsafe"
+    triggers = ("zero_grad",)
+    torch_versions = ">=1.7"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad"):
+            return
+        if any(a.star for a in node.args) or any(marker in self.ctx.source for marker in CUDA_GRAPH_MARKERS):
+            return
+        flag = argument(node, "set_to_none", 0)
+        if flag is None and not node.args and self.ctx.target_torch < (2, 0):
+            message = ("`zero_grad()` writes zeros into every gradient before torch 2.0; "
+                       "pass `set_to_none=True` to drop them instead")
+            new = set_keyword(node, "set_to_none", cst.Name("True"))
+        elif flag is not None and is_literal(flag.value, False):
+            message = "`zero_grad(set_to_none=False)` writes zeros into every gradient; let it drop them instead"
+            new = remove_arg(node, flag) if self.ctx.target_torch >= (2, 0) else \
+                replace_arg_value(node, flag, cst.Name("True"))
+        else:
+            return
+        if self._grad_read_next():
+            return  # the code right after relies on zeroed (not None) gradients
+        self.report(node, message, self.fix("Set gradients to None", self.replace(node, new)))
+
+    def _grad_read_next(self) -> bool:
+        """Do the statements after this one read `.grad` before the next backward?"""
+        position = self.ctx.statement_position()
+        if position is None:
+            return False
+        _, body, index = position
+        for statement in body[index + 1:]:
+            reader = _GradReader()
+            statement.visit(reader)
+            if reader.reads_grad:
+                return True
+            if reader.backward:
+                return False
+        return False

@@ -1,0 +1,219 @@
+"""The command line: ``torchlint [check] PATH...`` (check is the default command), ``rule``,
+``rules``, ``verify``. Exit codes: 0 nothing left to report, 1 diagnostics remain, 2 usage,
+configuration or internal error, or a path that cannot be read."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from torchlint import __version__
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+FORMATS = ("text", "json", "jsonl")
+
+
+class DefaultGroup(click.Group):
+    """A group whose default command is ``check``: ``torchlint --fix src/`` works."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+def _split(values: tuple[str, ...]) -> list[str] | None:
+    if not values:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _error(message: str) -> None:
+    click.echo(f"torchlint: error: {message}", err=True)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="torchlint")
+def main() -> None:
+    """A linter and autofixer for PyTorch training code."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--fix", is_flag=True, help="Apply safe fixes (and unsafe ones with --unsafe-fixes).")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply fixes that may change behaviour.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a diff instead of writing them.")
+@click.option("--select", multiple=True, help="Rules to enable: codes, prefixes, names or ALL (comma-separated).")
+@click.option("--ignore", multiple=True, help="Rules to disable.")
+@click.option("--extend-select", multiple=True, help="Rules to enable in addition to the selection.")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--statistics", is_flag=True, help="Count diagnostics per rule.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even if diagnostics remain.")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="Configuration file to use.")
+@click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
+@click.option("--target-torch", help="The torch version the code runs on, e.g. 2.1.")
+@click.option("--target-lightning", help="The Lightning version the code runs on, e.g. 2.2.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False), help="Where the cache lives.")
+@click.option("--stdin-filename", help="The name of the file read from stdin (path `-`).")
+@click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only, no summary.")
+def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, statistics, exit_zero,
+          config, isolated, target_torch, target_lightning, no_cache, cache_dir, stdin_filename, quiet) -> None:
+    """Lint PATHS (default: the current directory)."""
+    from torchlint.config import ConfigError, resolve_settings
+
+    paths = list(paths) or [Path(".")]
+    reading_stdin = paths == [Path("-")]
+    if stdin_filename and not reading_stdin:
+        _error("--stdin-filename goes with `-` as the only path")
+        sys.exit(EXIT_ERROR)
+    anchor = Path(stdin_filename) if stdin_filename else paths[0]
+    try:
+        settings = resolve_settings(
+            anchor if anchor.exists() or not stdin_filename else Path.cwd(), config=config, select=_split(select),
+            ignore=_split(ignore), extend_select=_split(extend_select), unsafe_fixes=unsafe_fixes,
+            target_torch=target_torch, target_lightning=target_lightning, isolated=isolated)
+    except ConfigError as error:
+        _error(str(error))
+        sys.exit(EXIT_ERROR)
+    try:
+        if reading_stdin:
+            code = _check_stdin(stdin_filename or "-", settings, fix, diff, output_format, exit_zero, quiet)
+        else:
+            code = _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet,
+                                cache=None if (no_cache or fix) else (cache_dir or settings.root / ".torchlint_cache"))
+    except KeyboardInterrupt:
+        _error("interrupted; files already fixed were written whole, the others are untouched")
+        sys.exit(130)
+    except Exception as error:  # noqa: BLE001 - one clear line, the traceback only on request
+        _error(f"internal error: {error.__class__.__name__}: {error}. Please report it "
+               "(set TORCHLINT_DEBUG=1 for the traceback).")
+        if os.environ.get("TORCHLINT_DEBUG"):
+            traceback.print_exc()
+        sys.exit(EXIT_ERROR)
+    sys.exit(code)
+
+
+def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet, cache) -> int:
+    from torchlint.discovery import discover
+    from torchlint.output import format_json, format_jsonl, format_statistics, format_text
+    from torchlint.runner import Cache, Options, check_file
+
+    errors: list[str] = []
+    files = discover(paths, settings, errors.append)
+    options = Options(fix=fix, diff=diff, cache=Cache(cache, settings.fingerprint) if cache else None)
+    results = [check_file(path, settings, options) for path in files]
+    errors += [r.error for r in results if r.error]
+    for message in errors:
+        _error(message)
+
+    if diff:
+        sys.stdout.write("".join(r.diff for r in results))
+        changed = sum(1 for r in results if r.diff)
+        if not quiet:
+            click.echo(f"Would fix {sum(len(r.fixed) for r in results)} error(s) in {changed} file(s).", err=True)
+        return EXIT_ERROR if errors else (EXIT_FINDINGS if changed else EXIT_CLEAN)
+    if statistics:
+        sys.stdout.write(format_statistics(results, unsafe_fixes=settings.unsafe_fixes))
+    elif output_format == "json":
+        sys.stdout.write(format_json(results))
+    elif output_format == "jsonl":
+        sys.stdout.write(format_jsonl(results))
+    else:
+        text = format_text(results, unsafe_fixes=settings.unsafe_fixes, fix_mode=fix)
+        if quiet:
+            text = "".join(line + "\n" for line in text.splitlines() if line.count(":") >= 3 and " TL" in line)
+        sys.stdout.write(text)
+    if errors:
+        return EXIT_ERROR
+    remaining = any(r.diagnostics for r in results)
+    return EXIT_FINDINGS if remaining and not exit_zero else EXIT_CLEAN
+
+
+def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> int:
+    from torchlint.engine import syntax_error
+    from torchlint.fileio import SourceDecodeError, decode_source
+    from torchlint.output import format_json, format_jsonl, format_text
+    from torchlint.runner import FileResult, Options, check_text
+
+    raw = sys.stdin.buffer.read()
+    try:
+        text, _, _ = decode_source(raw, name)
+    except SourceDecodeError as error:
+        result = FileResult(name, "", [syntax_error(name, f"cannot decode the input: {error}")])
+    else:
+        if settings.is_excluded(Path(name)):
+            result = FileResult(name, text)
+        else:
+            result = check_text(text, name, settings, Options(fix=fix, diff=diff))
+    if fix and not diff:
+        sys.stdout.write(result.source)  # the fixed buffer, for editors
+        report = sys.stderr
+    else:
+        report = sys.stdout
+    if diff:
+        report.write(result.diff)
+    elif output_format == "json":
+        report.write(format_json([result]))
+    elif output_format == "jsonl":
+        report.write(format_jsonl([result]))
+    elif not quiet or result.diagnostics:
+        report.write(format_text([result], unsafe_fixes=settings.unsafe_fixes, fix_mode=fix))
+    if result.error:
+        _error(result.error)
+        return EXIT_ERROR
+    if diff:
+        return EXIT_FINDINGS if result.diff else EXIT_CLEAN
+    return EXIT_FINDINGS if result.diagnostics and not exit_zero else EXIT_CLEAN
+
+
+@main.command("rules")
+@click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="(kept for symmetry) every rule is always listed")
+def list_rules(output_format, show_all) -> None:
+    """List every rule: code, name, kind, fix, summary."""
+    from torchlint.rule import all_rules
+
+    rules = all_rules()
+    if output_format == "json":
+        click.echo(json.dumps([{
+            "code": r.code, "name": r.name, "kind": r.kind, "fix": r.fix_applicability,
+            "severity": int(r.severity), "default_enabled": r.default_enabled,
+            "torch_versions": r.torch_versions or None, "summary": r.summary} for r in rules], indent=2))
+        return
+    width = max(len(r.name) for r in rules)
+    for r in rules:
+        fix = {"safe": "fix", "unsafe": "fix (unsafe)", "none": ""}[r.fix_applicability]
+        click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}")
+
+
+@main.command("rule")
+@click.argument("selector")
+def show_rule(selector) -> None:
+    """Print a rule's documentation (by code or name)."""
+    from torchlint.rule import rule_by_selector
+
+    rule = rule_by_selector(selector)
+    if rule is None:
+        _error(f"no rule named `{selector}` (see `torchlint rules`)")
+        sys.exit(EXIT_ERROR)
+    fix = {"safe": "safe fix available", "unsafe": "unsafe fix available (--unsafe-fixes)",
+           "none": "no automatic fix"}[rule.fix_applicability]
+    versions = f"; torch {rule.torch_versions}" if rule.torch_versions else ""
+    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}\n\n{rule.docs()}")
+
+
+def _register_optional_commands() -> None:
+    try:
+        from torchlint.harness.cli import verify
+    except ImportError:
+        return
+    main.add_command(verify)
+
+
+_register_optional_commands()

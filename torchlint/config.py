@@ -1,0 +1,291 @@
+"""Configuration: ``[tool.torchlint]`` in pyproject.toml, or ``torchlint.yaml``/``.torchlint.yaml``,
+found from the linted path upwards, then command-line overrides. An unknown key or a bad value is
+an error that names the key and the file."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchlint import __version__
+from torchlint.rule import Rule, all_rules, parse_version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+NEWEST_TORCH = (2, 13)
+NEWEST_LIGHTNING = (2, 6)
+CONFIG_FILES = (".torchlint.yaml", "torchlint.yaml", "pyproject.toml")
+DEFAULT_EXCLUDE = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache",
+    ".nox", ".pants.d", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", ".torchlint_cache",
+    "__pypackages__", "_build", "buck-out", "dist", "node_modules", "site-packages", "venv",
+)
+LIST_KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude")
+
+
+class ConfigError(Exception):
+    """A problem the user must fix in their configuration or command line (exit 2)."""
+
+
+def _version_key(value: Any, key: str, where: str) -> tuple[int, ...]:
+    try:
+        return parse_version(str(value))
+    except ValueError:
+        raise ConfigError(f"{where}: `{key}` must be a version like \"2.1\", got {value!r}") from None
+
+
+def resolve_selectors(selectors: list[str], where: str) -> set[str]:
+    """Codes, code prefixes (``TL1``), rule names (``retained-graph``) or ``ALL`` -> rule codes."""
+    codes: set[str] = set()
+    for raw in selectors:
+        text = str(raw).strip()
+        if text.upper() == "ALL":
+            codes |= {r.code for r in all_rules()}
+            continue
+        matched = {r.code for r in all_rules() if r.code.startswith(text.upper()) or r.name == text.lower()}
+        if text.upper() == "TL000" or text.upper() == "TL0":
+            continue  # syntax errors are always reported
+        if not matched:
+            raise ConfigError(f"{where}: unknown rule selector `{text}` (see `torchlint rules`)")
+        codes |= matched
+    return codes
+
+
+@dataclass(frozen=True)
+class Settings:
+    selected: frozenset[str]
+    unsafe_fixes: bool = False
+    target_torch: tuple[int, ...] = NEWEST_TORCH
+    target_lightning: tuple[int, ...] = NEWEST_LIGHTNING
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
+    respect_gitignore: bool = True
+    rule_options: dict = field(default_factory=dict, hash=False, compare=False)
+    config_path: Path | None = None
+    root: Path = field(default_factory=Path.cwd)
+
+    @cached_property
+    def _enabled(self) -> tuple[type[Rule], ...]:
+        return tuple(r for r in all_rules() if r.code in self.selected
+                     and r.applies_to(self.target_torch, self.target_lightning))
+
+    def rules_for(self, path: str) -> tuple[type[Rule], ...]:
+        ignored = self.ignored_for(path)
+        return tuple(r for r in self._enabled if r.code not in ignored) if ignored else self._enabled
+
+    def ignored_for(self, path: str) -> frozenset[str]:
+        if not self.per_file_ignores:
+            return frozenset()
+        relative = _relative(path, self.root)
+        ignored: set[str] = set()
+        for pattern, codes in self.per_file_ignores:
+            if _glob_match(relative, pattern):
+                ignored |= codes
+        return frozenset(ignored)
+
+    def rule_option(self, rule_name: str, option: str, default: Any) -> Any:
+        return self.rule_options.get(rule_name, {}).get(option, default)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """What a cached result depends on besides the file's bytes."""
+        state = {
+            "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
+            "lightning": self.target_lightning, "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
+            "options": self.rule_options, "rules": [r.code for r in all_rules()],
+        }
+        return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def is_excluded(self, path: Path) -> bool:
+        relative = _relative(str(path), self.root)
+        return any(_glob_match(relative, pattern) or fnmatch.fnmatchcase(path.name, pattern)
+                   for pattern in self.exclude)
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+def _glob_match(relative: str, pattern: str) -> bool:
+    """A glob against the path relative to the project root, or against any trailing part."""
+    if fnmatch.fnmatchcase(relative, pattern):
+        return True
+    parts = relative.split("/")
+    return any(fnmatch.fnmatchcase("/".join(parts[i:]), pattern) for i in range(1, len(parts)))
+
+
+# --- finding and reading the configuration ------------------------------------------------------
+
+def find_config(start: Path) -> Path | None:
+    directory = start.resolve()
+    if not directory.is_dir():
+        directory = directory.parent
+    for folder in (directory, *directory.parents):
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if candidate.is_file():
+                if name != "pyproject.toml" or "torchlint" in _read_toml(candidate).get("tool", {}):
+                    return candidate
+    return None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read TOML: {error}") from None
+
+
+def read_config(path: Path) -> dict:
+    if path.name == "pyproject.toml" or path.suffix == ".toml":
+        data = _read_toml(path)
+        table = data.get("tool", {}).get("torchlint", {}) if path.name == "pyproject.toml" else data
+    else:
+        try:
+            table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"{path}: cannot read YAML: {error}") from None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: the configuration must be a table of keys")
+    return table
+
+
+def torch_requirement(root: Path) -> tuple[int, ...] | None:
+    """The lower bound of the project's own ``torch`` requirement, if it declares one."""
+    pattern = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*(?:==|>=|~=|>|===)\s*v?(\d+(?:\.\d+)*)", re.IGNORECASE)
+    lines: list[str] = []
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        project = _read_toml(pyproject).get("project", {})
+        lines += [d for d in project.get("dependencies", []) if isinstance(d, str)]
+    for requirements in sorted(root.glob("requirements*.txt")):
+        try:
+            lines += requirements.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+    for line in lines:
+        match = pattern.match(line)
+        if match:
+            return parse_version(match.group(1))
+    return None
+
+
+def _string_list(value: Any, key: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings, got {value!r}")
+    return value
+
+
+def _rule_options(table: dict, where: str) -> dict:
+    options: dict[str, dict] = {}
+    by_name = {r.name: r for r in all_rules()}
+    for key, value in table.items():
+        if key in by_name:
+            rule = by_name[key]
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: `{key}` must be a table of options for rule {rule.code}")
+            for option, setting in value.items():
+                if option not in rule.options:
+                    known = ", ".join(sorted(rule.options)) or "none"
+                    raise ConfigError(f"{where}: unknown option `{key}.{option}` (options of {rule.code}: {known})")
+                expected = rule.options[option][0]
+                if expected is list:
+                    setting = _string_list(setting, f"{key}.{option}", where)
+                elif not isinstance(setting, expected):
+                    raise ConfigError(f"{where}: `{key}.{option}` must be {expected.__name__}, got {setting!r}")
+                options.setdefault(key, {})[option] = setting
+    return options
+
+
+KNOWN_KEYS = set(LIST_KEYS) | {"per-file-ignores", "target-torch", "target-lightning", "unsafe-fixes",
+                               "respect-gitignore"}
+
+
+def resolve_settings(
+    path: Path | None = None, *, config: Path | None = None, select: list[str] | None = None,
+    ignore: list[str] | None = None, extend_select: list[str] | None = None,
+    unsafe_fixes: bool | None = None, target_torch: str | None = None,
+    target_lightning: str | None = None, isolated: bool = False,
+) -> Settings:
+    """Settings for linting ``path``: its configuration file, then the command line's overrides."""
+    start = Path(path) if path is not None else Path.cwd()
+    config_path = None if isolated else (config or find_config(start))
+    table: dict = {}
+    if config_path is not None:
+        if not config_path.is_file():
+            raise ConfigError(f"{config_path}: configuration file not found")
+        table = read_config(config_path)
+    where = str(config_path) if config_path else "defaults"
+    rule_names = {r.name for r in all_rules()}
+    for key in table:
+        if key not in KNOWN_KEYS and key not in rule_names:
+            raise ConfigError(f"{where}: unknown key `{key}` (known keys: {', '.join(sorted(KNOWN_KEYS))}, "
+                              "or a rule name for its options)")
+    lists = {key: _string_list(table[key], key, where) for key in LIST_KEYS if key in table}
+    root = config_path.parent if config_path else (start.resolve() if start.is_dir() else start.resolve().parent)
+
+    if select is not None:
+        selected = resolve_selectors(select, "--select")
+    elif "select" in lists:
+        selected = resolve_selectors(lists["select"], where)
+    else:
+        selected = {r.code for r in all_rules() if r.default_enabled}
+    selected |= resolve_selectors(lists.get("extend-select", []), where)
+    selected |= resolve_selectors(extend_select or [], "--extend-select")
+    selected -= resolve_selectors(lists.get("ignore", []) + lists.get("extend-ignore", []), where)
+    selected -= resolve_selectors(ignore or [], "--ignore")
+
+    per_file = table.get("per-file-ignores", {})
+    if not isinstance(per_file, dict):
+        raise ConfigError(f"{where}: `per-file-ignores` must map glob patterns to lists of rules")
+    per_file_ignores = tuple(
+        (pattern, frozenset(resolve_selectors(_string_list(codes, f"per-file-ignores.{pattern}", where), where)))
+        for pattern, codes in sorted(per_file.items()))
+
+    for key in ("unsafe-fixes", "respect-gitignore"):
+        if key in table and not isinstance(table[key], bool):
+            raise ConfigError(f"{where}: `{key}` must be true or false, got {table[key]!r}")
+
+    if target_torch is not None:
+        torch_version = _version_key(target_torch, "--target-torch", "command line")
+    elif "target-torch" in table:
+        torch_version = _version_key(table["target-torch"], "target-torch", where)
+    else:
+        torch_version = torch_requirement(root) or NEWEST_TORCH
+    if target_lightning is not None:
+        lightning_version = _version_key(target_lightning, "--target-lightning", "command line")
+    elif "target-lightning" in table:
+        lightning_version = _version_key(table["target-lightning"], "target-lightning", where)
+    else:
+        lightning_version = NEWEST_LIGHTNING
+
+    return Settings(
+        selected=frozenset(selected),
+        unsafe_fixes=table.get("unsafe-fixes", False) if unsafe_fixes is None else unsafe_fixes,
+        target_torch=torch_version,
+        target_lightning=lightning_version,
+        exclude=tuple(lists.get("exclude", DEFAULT_EXCLUDE)) + tuple(lists.get("extend-exclude", [])),
+        per_file_ignores=per_file_ignores,
+        respect_gitignore=table.get("respect-gitignore", True),
+        rule_options=_rule_options(table, where),
+        config_path=config_path,
+        root=root,
+    )

@@ -1,0 +1,190 @@
+"""The engine: prefilter, parse once, run every enabled rule in one batched traversal, resolve
+positions and fixes only for what was reported, apply fixes to a fixpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
+from torchlint.matching import ImportMap
+from torchlint.rule import NodeEdit, Report, Rule, RuleContext
+from torchlint.suppression import apply_noqa, skip_file
+
+SYNTAX_ERROR = ("TL000", "syntax-error")
+MAX_FIX_ROUNDS = 10
+
+
+class _Dispatcher(cst.CSTVisitor):
+    """Calls every rule's ``visit_<Node>``/``leave_<Node>`` in one walk and keeps the ancestor
+    stack that the shared helpers read."""
+
+    def __init__(self, ctx: RuleContext, rules: list[Rule]):
+        self.ctx = ctx
+        self.visits: dict[type, list] = {}
+        self.leaves: dict[type, list] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith(("visit_", "leave_")):
+                    node_type = getattr(cst, attr[6:], None)
+                    if node_type is None:
+                        raise RuntimeError(f"{type(rule).__name__}.{attr}: no LibCST node named {attr[6:]}")
+                    table = self.visits if attr.startswith("visit_") else self.leaves
+                    table.setdefault(node_type, []).append(getattr(rule, attr))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.ctx.ancestors.append(node)
+        for visit in self.visits.get(type(node), ()):
+            visit(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        for leave in self.leaves.get(type(original_node), ()):
+            leave(original_node)
+        self.ctx.ancestors.pop()
+
+
+def syntax_error(path: str, error: cst.ParserSyntaxError | str, line: int = 0, col: int = 0) -> Diagnostic:
+    if isinstance(error, cst.ParserSyntaxError):
+        message = f"SyntaxError: {error.message}"
+        line, col = max(error.raw_line - 1, 0), max(error.raw_column, 0)
+    else:
+        message = error
+    return Diagnostic(path, *SYNTAX_ERROR, message, Severity.ERROR, line, col, line, col)
+
+
+def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> list[Diagnostic]:
+    """Diagnostics for one Python source text, sorted, noqa applied."""
+    if skip_file(source):
+        return []
+    rules = settings.rules_for(path) if rules is None else rules
+    candidates = [rule for rule in rules if any(trigger in source for trigger in rule.triggers)]
+    if not candidates:
+        return []
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        return [syntax_error(path, error)]
+    except RecursionError:
+        return [syntax_error(path, "the file nests too deeply to be parsed")]
+    ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
+    module.visit(_Dispatcher(ctx, [rule(ctx) for rule in candidates]))
+    if not ctx.reports:
+        return []
+    diagnostics = _resolve(ctx, module, source)
+    return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
+
+
+def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnostic]:
+    """Turn node-anchored reports into positioned diagnostics with offset edits."""
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    text = SourceText(source)
+    diagnostics = []
+    seen = set()
+    for report in ctx.reports:
+        span = positions[report.node]
+        start = (span.start.line - 1, span.start.column)
+        end = (span.end.line - 1, span.end.column)
+        key = (report.rule.code, start, end)
+        if key in seen:  # a rule may reach one node twice (nested loops); report it once
+            continue
+        seen.add(key)
+        fix = None
+        if report.fix is not None:
+            edits = tuple(_edit(edit, positions, text, module) for edit in report.fix.edits)
+            fix = Fix(report.fix.title, report.fix.applicability, edits)
+        rule = report.rule
+        diagnostics.append(Diagnostic(ctx.path, rule.code, rule.name, report.message, report.severity or rule.severity,
+                                      *start, *end, fix))
+    return diagnostics
+
+
+def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module) -> Edit:
+    span = positions[edit.node]
+    start = text.offset(span.start.line - 1, span.start.column)
+    end = text.offset(span.end.line - 1, span.end.column)
+    if isinstance(edit.text, str):  # rules write "\n"; the file may use "\r\n"
+        new = edit.text.replace("\n", module.default_newline) if module.default_newline != "\n" else edit.text
+    else:
+        new = module.code_for_node(edit.text)
+    if edit.where == "replace":
+        return Edit(start, end, new)
+    if edit.where == "before":
+        return Edit(start, start, new)
+    if edit.where == "after":
+        return Edit(end, end, new)
+    if edit.where == "line_before":
+        line_start = text.line_starts[span.start.line - 1]
+        return Edit(line_start, line_start, new)
+    if edit.where == "line_after":
+        line = span.end.line  # 0-based index of the next line
+        offset = text.line_starts[line] if line < len(text.line_starts) else len(text.text)
+        if offset == len(text.text) and not text.text.endswith(("\n", "\r")):
+            new = module.default_newline + new
+        return Edit(offset, offset, new)
+    raise ValueError(f"unknown edit kind {edit.where}")
+
+
+@dataclass
+class FixResult:
+    source: str
+    fixed: list[Diagnostic] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.fixed)
+
+
+class FixError(Exception):
+    """A round of fixes produced text that does not parse: nothing is written."""
+
+
+def select_edits(diagnostics: list[Diagnostic], unsafe_fixes: bool) -> tuple[list[Diagnostic], list[Edit]]:
+    """Fixes whose edits overlap none taken before them (in source order); the rest wait for the
+    next round, after a re-lint."""
+    taken: list[Diagnostic] = []
+    edits: list[Edit] = []
+    for diag in diagnostics:
+        if diag.fix is None or not diag.fix.applies(unsafe_fixes):
+            continue
+        if any(_overlaps(new, old) for new in diag.fix.edits for old in edits):
+            continue
+        taken.append(diag)
+        edits.extend(diag.fix.edits)
+    return taken, edits
+
+
+def _overlaps(a: Edit, b: Edit) -> bool:
+    if a.start == a.end or b.start == b.end:  # insertions: the same point, or inside the other
+        return b.start <= a.start <= b.end if a.start == a.end else a.start <= b.start <= a.end
+    return a.start < b.end and b.start < a.end
+
+
+def parses(source: str) -> bool:
+    try:
+        cst.parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError):
+        return False
+    return True
+
+
+def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> FixResult:
+    """Apply fixes round after round until none applies (bounded); the result always parses."""
+    result = FixResult(source)
+    diagnostics = lint_source(source, path, settings, rules)
+    for _ in range(MAX_FIX_ROUNDS):
+        taken, edits = select_edits(diagnostics, settings.unsafe_fixes)
+        if not taken or any(d.code == SYNTAX_ERROR[0] for d in diagnostics):
+            break
+        candidate = apply_edits(result.source, edits)
+        if not parses(candidate):
+            raise FixError(f"{path}: fixes {', '.join(sorted({d.code for d in taken}))} produced code that "
+                           "does not parse; nothing was written. Please report this as a torchlint bug.")
+        result.source = candidate
+        result.fixed.extend(taken)
+        diagnostics = lint_source(candidate, path, settings, rules)
+    result.remaining = diagnostics
+    return result
