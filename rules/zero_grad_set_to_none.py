@@ -87,7 +87,10 @@ class ZeroGradSetToNone(Rule):
             new = set_keyword(node, "set_to_none", cst.Name("True"))
         elif flag is not None and is_literal(flag.value, False):
             message = "`zero_grad(set_to_none=False)` writes zeros into every gradient; let it drop them instead"
-            new = remove_arg(node, flag) if self.ctx.target_torch >= (2, 0) else \
+            # drop the argument (the default is True since 2.0) unless the call spans lines,
+            # where the argument may carry a comment
+            one_line = "\n" not in self.ctx.code_for(node)
+            new = remove_arg(node, flag) if self.ctx.target_torch >= (2, 0) and one_line else \
                 replace_arg_value(node, flag, cst.Name("True"))
         else:
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
@@ -81,6 +82,8 @@ def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnost
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     text = SourceText(source)
+    replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
+    indents = _block_indents(module, replaced) if replaced else {}
     diagnostics = []
     seen = set()
     for report in ctx.reports:
@@ -93,7 +96,7 @@ def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnost
         seen.add(key)
         fix = None
         if report.fix is not None:
-            edits = tuple(_edit(edit, positions, text, module) for edit in report.fix.edits)
+            edits = tuple(_edit(edit, positions, text, module, indents) for edit in report.fix.edits)
             fix = Fix(report.fix.title, report.fix.applicability, edits)
         rule = report.rule
         diagnostics.append(Diagnostic(ctx.path, rule.code, rule.name, report.message, report.severity or rule.severity,
@@ -101,14 +104,49 @@ def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnost
     return diagnostics
 
 
-def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module) -> Edit:
+class _IndentFinder(cst.CSTVisitor):
+    """The block indentation around each of some nodes: a node rendered on its own loses it, and
+    a call that spans lines inside a function would come out flush left."""
+
+    def __init__(self, module: cst.Module, targets: list[cst.CSTNode]):
+        self.default = module.default_indent
+        self.targets = {id(node) for node in targets}
+        self.stack: list[str] = []
+        self.found: dict[int, list[str]] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.targets:
+            self.found[id(node)] = list(self.stack)
+        if isinstance(node, cst.IndentedBlock):
+            self.stack.append(self.default if node.indent is None else node.indent)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, cst.IndentedBlock):
+            self.stack.pop()
+
+
+def _block_indents(module: cst.Module, nodes: list[cst.CSTNode]) -> dict[int, list[str]]:
+    finder = _IndentFinder(module, nodes)
+    module.visit(finder)
+    return finder.found
+
+
+def render(node: cst.CSTNode, module: cst.Module, indent_tokens: list[str]) -> str:
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(indent_tokens)
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module, indents: dict) -> Edit:
     span = positions[edit.node]
     start = text.offset(span.start.line - 1, span.start.column)
     end = text.offset(span.end.line - 1, span.end.column)
     if isinstance(edit.text, str):  # rules write "\n"; the file may use "\r\n"
         new = edit.text.replace("\n", module.default_newline) if module.default_newline != "\n" else edit.text
     else:
-        new = module.code_for_node(edit.text)
+        new = render(edit.text, module, indents.get(id(edit.node), []))
     if edit.where == "replace":
         return Edit(start, end, new)
     if edit.where == "before":

@@ -1,0 +1,111 @@
+"""Every rule against its fixtures, exactly.
+
+fixtures/rules/<rule module>/
+  bad*.py        each expected finding marked on its line: ``# expect: TL101`` (or ``TL101, TL201``)
+  bad*.fixed.py  the exact output of ``--fix --unsafe-fixes`` with only that rule selected
+  good*.py       the traps: no finding at all
+A first line ``# fixture: target-torch=1.13`` sets options for that file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from torchlint.config import resolve_settings
+from torchlint.engine import fix_source, lint_source
+from torchlint.rule import all_rules
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
+EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TL\d{3}(?:\s*,\s*TL\d{3})*)")
+DIRECTIVE = re.compile(r"^#\s*fixture:\s*(?P<options>.*)$", re.MULTILINE)
+
+
+def rule_folder(rule) -> Path:
+    return FIXTURES / rule.__module__.rsplit(".", 1)[1]
+
+
+def settings_for(path: Path, rule, source: str):
+    options = {}
+    match = DIRECTIVE.match(source)
+    if match:
+        for item in match.group("options").split():
+            key, _, value = item.partition("=")
+            options[key.replace("-", "_")] = value
+    return resolve_settings(path, isolated=True, select=[rule.code], unsafe_fixes=True, **options)
+
+
+def cases(prefix: str):
+    found = []
+    for rule in all_rules():
+        for path in sorted(rule_folder(rule).glob(f"{prefix}*.py")):
+            if not path.name.endswith(".fixed.py"):
+                found.append(pytest.param(rule, path, id=f"{rule.code}-{path.name}"))
+    return found
+
+
+def expected_findings(source: str) -> list[tuple[int, str]]:
+    found = []
+    for number, line in enumerate(source.splitlines()):
+        match = EXPECT.search(line)
+        if match:
+            found += [(number, code.strip()) for code in match.group("codes").split(",")]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_every_rule_has_fixtures(rule):
+    folder = rule_folder(rule)
+    assert list(folder.glob("bad*.py")), f"{folder}: no bad fixture"
+    assert list(folder.glob("good*.py")), f"{folder}: no good fixture"
+    if rule.fix_applicability != "none":
+        assert list(folder.glob("bad*.fixed.py")), f"{folder}: no fixed fixture"
+
+
+@pytest.mark.parametrize("rule, path", cases("bad"))
+def test_bad_fixture_findings(rule, path):
+    source = path.read_text(encoding="utf-8")
+    diagnostics = lint_source(source, str(path), settings_for(path, rule, source))
+    assert expected_findings(source), f"{path}: no `# expect:` markers"
+    assert sorted((d.line, d.code) for d in diagnostics) == expected_findings(source)
+    for diag in diagnostics:
+        assert diag.message and diag.name == rule.name
+
+
+@pytest.mark.parametrize("rule, path", cases("good"))
+def test_good_fixture_is_clean(rule, path):
+    source = path.read_text(encoding="utf-8")
+    diagnostics = lint_source(source, str(path), settings_for(path, rule, source))
+    assert [(d.line + 1, d.code, d.message) for d in diagnostics] == []
+
+
+@pytest.mark.parametrize("rule, path", cases("bad"))
+def test_fixed_fixture_is_exact(rule, path):
+    source = path.read_text(encoding="utf-8")
+    settings = settings_for(path, rule, source)
+    fixed_path = path.with_name(path.stem + ".fixed.py")
+    result = fix_source(source, str(path), settings)
+    if not fixed_path.exists():
+        assert not result.fixed, f"{path}: fixes applied but {fixed_path.name} is missing"
+        return
+    expected = fixed_path.read_text(encoding="utf-8")
+    assert result.source == expected
+    cst.parse_module(result.source)  # the fixed code parses
+    compile(result.source, str(fixed_path), "exec")  # and compiles
+    again = fix_source(result.source, str(path), settings)
+    assert again.source == result.source, "a second --fix changed the file again"
+    # findings without a fix (or withheld ones) are still reported in the fixed file
+    assert all(d.fix is None for d in again.remaining)
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_rule_documentation_sections(rule):
+    docs = rule.docs()
+    for section in ("## What it does", "## Why is it", "## Example", "## Use instead", "## Fix safety",
+                    "## References"):
+        assert section in docs, f"{rule.code}: missing section {section!r}"
+    assert "https://" in docs.split("## References", 1)[1]
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
