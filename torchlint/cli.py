@@ -61,9 +61,11 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False), help="Where the cache lives.")
 @click.option("--stdin-filename", help="The name of the file read from stdin (path `-`).")
+@click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named explicitly too (pre-commit).")
 @click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only, no summary.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, statistics, exit_zero,
-          config, isolated, target_torch, target_lightning, no_cache, cache_dir, stdin_filename, quiet) -> None:
+          config, isolated, target_torch, target_lightning, no_cache, cache_dir, stdin_filename, force_exclude,
+          quiet) -> None:
     """Lint PATHS (default: the current directory)."""
     from torchlint.config import ConfigError, resolve_settings
 
@@ -85,6 +87,10 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         if reading_stdin:
             code = _check_stdin(stdin_filename or "-", settings, fix, diff, output_format, exit_zero, quiet)
         else:
+            if force_exclude:
+                paths = [p for p in paths if not settings.is_excluded(p)]
+                if not paths:
+                    sys.exit(EXIT_CLEAN)
             code = _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet,
                                 cache=None if (no_cache or fix) else (cache_dir or settings.root / ".torchlint_cache"))
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@ positions and fixes only for what was reported, apply fixes to a fixpoint."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -56,6 +57,40 @@ def syntax_error(path: str, error: cst.ParserSyntaxError | str, line: int = 0, c
     return Diagnostic(path, *SYNTAX_ERROR, message, Severity.ERROR, line, col, line, col)
 
 
+def _python_syntax_error(source: str) -> SyntaxError | None:
+    try:
+        compile(source, "<file>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return error
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
+
+
+def _parse_failure(path: str, source: str, error: Exception) -> Diagnostic:
+    """TL000 with CPython's message and position when it has one (LibCST's are vaguer)."""
+    python_error = _python_syntax_error(source)
+    if python_error is not None and python_error.lineno:
+        line = python_error.lineno - 1
+        col = max((python_error.offset or 1) - 1, 0)
+        return syntax_error(path, f"SyntaxError: {python_error.msg}", line, col)
+    if isinstance(error, RecursionError):
+        return syntax_error(path, "the file nests too deeply to be parsed")
+    return syntax_error(path, error)
+
+
+def _syntax_check(source: str, path: str) -> list[Diagnostic]:
+    """A file no rule needs to parse still gets its syntax errors reported (TL000): CPython's own
+    parser is far cheaper than LibCST's, and LibCST confirms (it knows newer grammars)."""
+    if _python_syntax_error(source) is None:
+        return []
+    try:
+        cst.parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError) as error:
+        return [_parse_failure(path, source, error)]
+    return []
+
+
 def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> list[Diagnostic]:
     """Diagnostics for one Python source text, sorted, noqa applied."""
     if skip_file(source):
@@ -63,13 +98,11 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     rules = settings.rules_for(path) if rules is None else rules
     candidates = [rule for rule in rules if any(trigger in source for trigger in rule.triggers)]
     if not candidates:
-        return []
+        return _syntax_check(source, path)
     try:
         module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        return [syntax_error(path, error)]
-    except RecursionError:
-        return [syntax_error(path, "the file nests too deeply to be parsed")]
+    except (cst.ParserSyntaxError, RecursionError) as error:
+        return [_parse_failure(path, source, error)]
     ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
     module.visit(_Dispatcher(ctx, [rule(ctx) for rule in candidates]))
     if not ctx.reports:

@@ -170,7 +170,9 @@ def _read_result(label: str, command: list[str], returncode: int, timed_out: boo
     elif returncode != 0 and error is None and harness_error is None:
         # No traceback from the bootstrap: the process died (a signal, a crash in native code,
         # torchrun stopping its ranks); the end of its output says why.
-        error = f"the process exited with status {returncode}\n{_tail(output)}"
+        tail = _tail(output)
+        last_line = tail.splitlines()[-1].strip() if tail else "no output"
+        error = f"the process exited with status {returncode}: {last_line}\n{tail}"
     finished = bool(rank_results) and all(r["finished"] for r in rank_results.values()) and \
         returncode == 0 and not timed_out
     step_times = [r["step_time_s"] for r in records if r["step_time_s"] is not None]

@@ -63,9 +63,12 @@ def judge_original(original: RunResult, steps: int) -> Verdict | None:
 def judge(original: RunResult, fixed: RunResult, fixes: list[AppliedFix], *, device: str,
           distributed: RunResult | None = None, nproc: int | None = None) -> Verdict:
     """The verdict on the fixed runs, given an original that ran (see ``judge_original``)."""
-    reasons: list[str] = []
+    ran, reason = _same_steps(original, fixed)
+    if not ran:
+        return Verdict(FAIL, [reason])  # nothing else can be judged on a run that broke
+    reasons = [reason]
     failed = False
-    checks = [_same_steps(original, fixed)]
+    checks = []
     if any(fix.applicability == "unsafe" for fix in fixes):
         checks.append(_still_trains(original, fixed))
     else:
