@@ -43,6 +43,7 @@ is called anywhere else in the module, or when anything sits between the layer a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -61,6 +62,7 @@ NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNo
          "torch.nn.modules.batchnorm.BatchNorm1d": 1, "torch.nn.modules.batchnorm.BatchNorm2d": 2,
          "torch.nn.modules.batchnorm.BatchNorm3d": 3, "torch.nn.SyncBatchNorm": 0}
 SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+READS_BIAS = re.compile(r"\.bias\b")  # e.g. nn.init.zeros_(m.bias): fails once the bias is None
 ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
 
 
@@ -90,7 +92,6 @@ class BiasBeforeNorm(Rule):
         super().__init__(ctx)
         self.classes: list[_ClassLayers] = []
         self.candidates: list[cst.Call] = []
-        self.reads_bias = False
 
     # which layer feeds which norm ---------------------------------------------------------
     def _dimension(self, call: cst.BaseExpression, table: dict) -> int | None:
@@ -148,10 +149,6 @@ class BiasBeforeNorm(Rule):
             if attribute is not None:
                 self.classes[-1].layers[attribute] = node.value
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "bias":
-            self.reads_bias = True
-
     def _record_use(self, call: cst.Call) -> None:
         state = self.classes[-1]
         norm = _self_attribute(call.func)
@@ -197,10 +194,11 @@ class BiasBeforeNorm(Rule):
 
     # report at the end, once we know whether the file reads `.bias` ----------------------------
     def leave_Module(self, original_node: cst.Module) -> None:
+        reads_bias = READS_BIAS.search(self.ctx.source) is not None
         for layer in self.candidates:
             kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
             self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "
-                               "pass `bias=False`", None if self.reads_bias else self._fix(layer))
+                               "pass `bias=False`", None if reads_bias else self._fix(layer))
 
     def _fix(self, layer: cst.Call):
         if has_star_args(layer):

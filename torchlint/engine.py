@@ -14,12 +14,13 @@ from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, a
 from torchlint.matching import ImportMap
 from torchlint.rule import NodeEdit, Report, Rule, RuleContext
 from torchlint.suppression import apply_noqa, skip_file
+from torchlint.walk import walk
 
 SYNTAX_ERROR = ("TL000", "syntax-error")
 MAX_FIX_ROUNDS = 10
 
 
-class _Dispatcher(cst.CSTVisitor):
+class _Dispatcher:
     """Calls every rule's ``visit_<Node>``/``leave_<Node>`` in one walk and keeps the ancestor
     stack that the shared helpers read."""
 
@@ -96,7 +97,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     if skip_file(source):
         return []
     rules = settings.rules_for(path) if rules is None else rules
-    candidates = [rule for rule in rules if any(trigger in source for trigger in rule.triggers)]
+    candidates = [rule for rule in rules if rule.applies(source)]
     if not candidates:
         return _syntax_check(source, path)
     try:
@@ -104,7 +105,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
-    module.visit(_Dispatcher(ctx, [rule(ctx) for rule in candidates]))
+    dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
+    walk(module, dispatcher.on_visit, dispatcher.on_leave)
     if not ctx.reports:
         return []
     diagnostics = _resolve(ctx, module, source)

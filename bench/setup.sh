@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up what the benchmarks run on, outside the repository's tracked files:
+#   corpora: the installed sources of torch, pytorch-lightning, timm and transformers
+#   peers:   torchfix, fixit and ruff, each in its own virtual environment
+# Usage: bench/setup.sh [DIR]   (default: bench/.work, which git ignores)
+set -euo pipefail
+dir="${1:-$(dirname "$0")/.work}"
+mkdir -p "$dir/corpora" "$dir/peers"
+python=${PYTHON:-python3}
+for spec in torch==2.13.0 pytorch-lightning==2.6.6 timm==1.0.31 transformers==5.23.0; do
+    name=${spec%%==*}
+    [ -d "$dir/corpora/$name" ] || "$python" -m pip install --quiet --no-deps --target "$dir/corpora/$name" "$spec"
+done
+for spec in torchfix==0.7.0 fixit==2.2.1 ruff==0.17.5; do
+    name=${spec%%==*}
+    if [ ! -x "$dir/peers/$name/bin/$name" ]; then
+        "$python" -m venv "$dir/peers/$name"
+        "$dir/peers/$name/bin/pip" install --quiet "$spec"
+    fi
+done
+echo "corpora and peers are in $dir"

@@ -1,0 +1,89 @@
+"""A fast, read-only walk over a LibCST tree.
+
+``CSTNode.visit`` rebuilds every node it passes (it is a transform that visitors ride along), which
+makes it the most expensive step of a lint. Rules only read the tree, so torchlint walks it
+itself: children in source order, without the whitespace and punctuation nodes that no rule
+looks at, with an explicit stack (deep expressions cannot exhaust Python's recursion limit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import libcst as cst
+
+# Syntax-only nodes: whitespace, comments, punctuation. Rules read them through their parents.
+SKIPPED_TYPES = frozenset({
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline,
+    cst.Comment, cst.Comma, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Semicolon, cst.Colon, cst.AssignEqual, cst.Dot,
+    cst.ImportStar,
+})
+SKIPPED_FIELDS = frozenset({
+    "lpar", "rpar", "lbracket", "rbracket", "lbrace", "rbrace", "comma", "semicolon", "colon", "equal", "dot",
+    "leading_lines", "lines_after_decorators", "header", "footer", "newline", "trailing_whitespace",
+})
+# Where the dataclass field order is not the order the code reads in.
+FIELD_ORDER = {
+    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    cst.Arg: ("keyword", "value"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.MatchCase: ("pattern", "guard", "body"),
+    cst.TypeAlias: ("name", "type_parameters", "value"),
+}
+
+_fields: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    names = FIELD_ORDER.get(node_type)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(node_type)
+                      if f.name not in SKIPPED_FIELDS and not f.name.startswith("whitespace"))
+    else:
+        names = tuple(n for n in names if any(f.name == n for f in dataclasses.fields(node_type)))
+    _fields[node_type] = names
+    return names
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's children that rules can see, in source order."""
+    out = []
+    for name in _fields.get(type(node)) or _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            if type(value) not in SKIPPED_TYPES:
+                out.append(value)
+        elif type(value) in (tuple, list):
+            for item in value:
+                if isinstance(item, cst.CSTNode) and type(item) not in SKIPPED_TYPES:
+                    out.append(item)
+    return out
+
+
+def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
+         on_leave: Callable[[cst.CSTNode], None] | None = None) -> None:
+    """Depth-first, source order; ``on_visit`` returning False skips the node's children."""
+    stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, leaving = pop()
+        if leaving:
+            on_leave(node)
+            continue
+        descend = on_visit(node)
+        if on_leave is not None:
+            push((node, True))
+        if descend is not False:
+            for child in reversed(children(node)):
+                push((child, False))
+
+
+def visit(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """``root.visit(visitor)`` for a read-only visitor, on the fast walk."""
+    walk(root, visitor.on_visit, visitor.on_leave)
