@@ -9,6 +9,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The classic loss-list leak (TL101 on line 7, column 5; the safe fix detaches the loss).
+LEAK = """\
+import torch
+
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    losses.append(loss)
+"""
+LEAK_FIXED = LEAK.replace("losses.append(loss)", "losses.append(loss.detach())")
+# A pyproject that selects the five rules whose codes DESIGN.md fixes: tests that compare whole
+# reports use it, so that a rule added later does not change what they see.
+GUIDE_RULES_CONFIG = '[tool.torchlint]\nselect = ["TL101", "TL201", "TL301", "TL401", "TL501"]\n'
+
 
 def run_torchlint(*args: str, cwd: Path | None = None, input: str | bytes | None = None,
                   env: dict | None = None) -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
 """The command line: ``torchlint [check] PATH...`` (check is the default command), ``rule``,
-``rules``, ``verify``. Exit codes: 0 nothing left to report, 1 diagnostics remain, 2 usage,
+``rules``, ``verify``, ``lsp``. Exit codes: 0 nothing left to report, 1 diagnostics remain, 2 usage,
 configuration or internal error, or a path that cannot be read."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import click
 from torchlint import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-FORMATS = ("text", "json", "jsonl")
+FORMATS = ("text", "json", "jsonl", "sarif", "github")
 
 
 class DefaultGroup(click.Group):
@@ -63,9 +63,11 @@ def main() -> None:
 @click.option("--stdin-filename", help="The name of the file read from stdin (path `-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply `exclude` to files named explicitly too (pre-commit).")
 @click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only, no summary.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
+              help="Processes to lint with (default 0: one per core for large trees).")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, statistics, exit_zero,
           config, isolated, target_torch, target_lightning, no_cache, cache_dir, stdin_filename, force_exclude,
-          quiet) -> None:
+          quiet, jobs) -> None:
     """Lint PATHS (default: the current directory)."""
     from torchlint.config import ConfigError, resolve_settings
 
@@ -74,10 +76,11 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
     if stdin_filename and not reading_stdin:
         _error("--stdin-filename goes with `-` as the only path")
         sys.exit(EXIT_ERROR)
+    # A buffer's name need not exist yet (a new file in an editor): its folder's config still counts.
     anchor = Path(stdin_filename) if stdin_filename else paths[0]
     try:
         settings = resolve_settings(
-            anchor if anchor.exists() or not stdin_filename else Path.cwd(), config=config, select=_split(select),
+            anchor, config=config, select=_split(select),
             ignore=_split(ignore), extend_select=_split(extend_select), unsafe_fixes=unsafe_fixes,
             target_torch=target_torch, target_lightning=target_lightning, isolated=isolated)
     except ConfigError as error:
@@ -91,7 +94,7 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
                 paths = [p for p in paths if not settings.is_excluded(p)]
                 if not paths:
                     sys.exit(EXIT_CLEAN)
-            code = _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet,
+            code = _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet, jobs,
                                 cache=None if (no_cache or fix) else (cache_dir or settings.root / ".torchlint_cache"))
     except KeyboardInterrupt:
         _error("interrupted; files already fixed were written whole, the others are untouched")
@@ -105,15 +108,15 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
     sys.exit(code)
 
 
-def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet, cache) -> int:
+def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet, jobs, cache) -> int:
     from torchlint.discovery import discover
-    from torchlint.output import format_json, format_jsonl, format_statistics, format_text
-    from torchlint.runner import Cache, Options, check_file
+    from torchlint.output import REPORTS, format_statistics, format_text
+    from torchlint.runner import Cache, Options, check_files
 
     errors: list[str] = []
     files = discover(paths, settings, errors.append)
     options = Options(fix=fix, diff=diff, cache=Cache(cache, settings.fingerprint) if cache else None)
-    results = [check_file(path, settings, options) for path in files]
+    results = check_files(files, settings, options, jobs)
     errors += [r.error for r in results if r.error]
     for message in errors:
         _error(message)
@@ -126,10 +129,8 @@ def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zer
         return EXIT_ERROR if errors else (EXIT_FINDINGS if changed else EXIT_CLEAN)
     if statistics:
         sys.stdout.write(format_statistics(results, unsafe_fixes=settings.unsafe_fixes))
-    elif output_format == "json":
-        sys.stdout.write(format_json(results))
-    elif output_format == "jsonl":
-        sys.stdout.write(format_jsonl(results))
+    elif output_format in REPORTS:
+        sys.stdout.write(REPORTS[output_format](results))
     else:
         text = format_text(results, unsafe_fixes=settings.unsafe_fixes, fix_mode=fix)
         if quiet:
@@ -144,7 +145,7 @@ def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zer
 def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> int:
     from torchlint.engine import syntax_error
     from torchlint.fileio import SourceDecodeError, decode_source
-    from torchlint.output import format_json, format_jsonl, format_text
+    from torchlint.output import REPORTS, format_text
     from torchlint.runner import FileResult, Options, check_text
 
     raw = sys.stdin.buffer.read()
@@ -164,10 +165,8 @@ def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> 
         report = sys.stdout
     if diff:
         report.write(result.diff)
-    elif output_format == "json":
-        report.write(format_json([result]))
-    elif output_format == "jsonl":
-        report.write(format_jsonl([result]))
+    elif output_format in REPORTS:
+        report.write(REPORTS[output_format]([result]))
     elif not quiet or result.diagnostics:
         report.write(format_text([result], unsafe_fixes=settings.unsafe_fixes, fix_mode=fix))
     if result.error:
@@ -176,6 +175,17 @@ def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> 
     if diff:
         return EXIT_FINDINGS if result.diff else EXIT_CLEAN
     return EXIT_FINDINGS if result.diagnostics and not exit_zero else EXIT_CLEAN
+
+
+@main.command("lsp")
+def language_server() -> None:
+    """Run the language server on stdin/stdout (for editors; needs `torchlint[lsp]`)."""
+    try:
+        from torchlint.lsp import serve
+    except ImportError as error:
+        _error(f"the language server needs pygls ({error}); install it with: pip install 'torchlint[lsp]'")
+        sys.exit(EXIT_ERROR)
+    serve()
 
 
 @main.command("rules")

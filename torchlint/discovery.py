@@ -1,5 +1,5 @@
-"""Which files to lint: directories recursively (``.py``, ``.pyi``), ``.gitignore`` and the
-``exclude`` setting respected; files named explicitly are always checked."""
+"""Which files to lint: directories recursively (``.py``, ``.pyi``, ``.ipynb``), ``.gitignore``
+and the ``exclude`` setting respected; files named explicitly are always checked."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE_SUFFIXES = (".py", ".pyi")
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
-"""Report formats: text (Ruff-like), json (LSP PublishDiagnosticsParams-like), jsonl."""
+"""Report formats: text (Ruff-like), json (LSP PublishDiagnosticsParams-like), jsonl, sarif (SARIF
+2.1.0, for code scanning) and github (GitHub Actions annotations)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
+from torchlint import __version__
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.rule import rule_by_selector
 
@@ -16,19 +19,38 @@ def docs_url(code: str) -> str:
     return DOCS_URL.format(code=code)
 
 
-def _lsp_range(text: SourceText, line: int, col: int, end_line: int, end_col: int) -> dict:
-    return {"start": {"line": line, "character": text.utf16_col(line, col)},
-            "end": {"line": end_line, "character": text.utf16_col(end_line, end_col)}}
+def _units(text: SourceText, line: int, col: int, encoding: str) -> int:
+    """A code-point column in the units of a position encoding (LSP's default is UTF-16)."""
+    if encoding == "utf-16":
+        return text.utf16_col(line, col)
+    if encoding == "utf-8":
+        return len(text.line_text(line)[:col].encode("utf-8"))
+    return col
 
 
-def lsp_diagnostic(diag: Diagnostic, text: SourceText) -> dict:
+def lsp_range(text: SourceText, line: int, col: int, end_line: int, end_col: int, encoding: str = "utf-16") -> dict:
+    """An LSP range from 0-based lines and code-point columns."""
+    return {"start": {"line": line, "character": _units(text, line, col, encoding)},
+            "end": {"line": end_line, "character": _units(text, end_line, end_col, encoding)}}
+
+
+def lsp_diagnostic(diag: Diagnostic, text: SourceText, *, encoding: str = "utf-16", cell_text=None) -> dict:
+    """The LSP shape of one diagnostic. ``cell_text(index)`` gives the text of another notebook
+    cell that one of its fix's edits lands in (such an edit carries that cell's index)."""
     fix = None
     if diag.fix is not None:
-        fix = {"applicability": diag.fix.applicability, "title": diag.fix.title,
-               "edits": [{"range": {"start": text.lsp_position(e.start), "end": text.lsp_position(e.end)},
-                          "newText": e.text} for e in diag.fix.edits]}
+        edit_cells = diag.extra.get("edit_cells") or [diag.cell] * len(diag.fix.edits)
+        edits = []
+        for edit, cell in zip(diag.fix.edits, edit_cells):
+            where = text if cell == diag.cell or cell_text is None else cell_text(cell)
+            entry = {"range": lsp_range(where, *where.position(edit.start), *where.position(edit.end), encoding),
+                     "newText": edit.text}
+            if cell != diag.cell:
+                entry["cell"] = cell
+            edits.append(entry)
+        fix = {"applicability": diag.fix.applicability, "title": diag.fix.title, "edits": edits}
     return {
-        "range": _lsp_range(text, diag.line, diag.col, diag.end_line, diag.end_col),
+        "range": lsp_range(text, diag.line, diag.col, diag.end_line, diag.end_col, encoding),
         "severity": int(diag.severity),
         "code": diag.code,
         "source": "torchlint",
@@ -38,14 +60,26 @@ def lsp_diagnostic(diag: Diagnostic, text: SourceText) -> dict:
     }
 
 
+def _texts(result):
+    """The SourceText a result's diagnostics refer to, by notebook cell (None: the file's text)."""
+    cache: dict = {}
+
+    def text_for(cell: int | None) -> SourceText:
+        if cell not in cache:
+            cache[cell] = SourceText(result.source if cell is None or result.cells is None else result.cells[cell])
+        return cache[cell]
+    return text_for
+
+
 def file_diagnostics(results) -> list[dict]:
     out = []
     for result in sorted(results, key=lambda r: r.path):
         if not result.diagnostics:
             continue
-        text = SourceText(result.source)
+        text_for = _texts(result)
         out.append({"uri": Path(result.path).resolve().as_uri(), "path": result.path,
-                    "diagnostics": [lsp_diagnostic(d, text) for d in result.diagnostics]})
+                    "diagnostics": [lsp_diagnostic(d, text_for(d.cell), cell_text=text_for)
+                                    for d in result.diagnostics]})
     return out
 
 
@@ -59,6 +93,129 @@ def format_jsonl(results) -> str:
         for diag in entry["diagnostics"]:
             lines.append(json.dumps({"uri": entry["uri"], "path": entry["path"], **diag}, ensure_ascii=False))
     return "".join(line + "\n" for line in lines)
+
+
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SARIF_LEVELS = {1: "error", 2: "warning", 3: "note", 4: "note"}
+INFORMATION_URI = "https://github.com/torchlint/torchlint"
+
+
+def _doc_section(docs: str, title: str) -> str:
+    """The text under ``## title`` in a rule's docs."""
+    for section in docs.split("\n## "):
+        heading, _, body = section.partition("\n")
+        if heading.lstrip("# ").strip().lower() == title.lower():
+            return " ".join(body.split())
+    return ""
+
+
+def _sarif_rules() -> list[dict]:
+    from torchlint.engine import SYNTAX_ERROR
+    from torchlint.rule import all_rules
+
+    syntax = SYNTAX_ERROR[0]
+    descriptors = [{
+        "id": syntax, "name": SYNTAX_ERROR[1],
+        "shortDescription": {"text": "The file cannot be read or parsed as Python"},
+        "fullDescription": {"text": "A syntax error, or a file that is not text or not a notebook: nothing else "
+                                    "in the file can be checked until it parses."},
+        "helpUri": docs_url(syntax), "defaultConfiguration": {"level": "error"},
+        "properties": {"tags": ["tool"]},
+    }]
+    for rule in all_rules():
+        docs = rule.docs()
+        descriptors.append({
+            "id": rule.code, "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": _doc_section(docs, "What it does") or rule.summary},
+            "help": {"text": docs, "markdown": docs},
+            "helpUri": docs_url(rule.code),
+            "defaultConfiguration": {"level": SARIF_LEVELS[int(rule.severity)], "enabled": rule.default_enabled},
+            "properties": {"tags": [rule.kind], "fix": rule.fix_applicability},
+        })
+    return descriptors
+
+
+def _sarif_region(range_: dict) -> dict:
+    """An LSP range (0-based, UTF-16) as a SARIF region (1-based, UTF-16: the run's columnKind)."""
+    start, end = range_["start"], range_["end"]
+    return {"startLine": start["line"] + 1, "startColumn": start["character"] + 1,
+            "endLine": end["line"] + 1, "endColumn": end["character"] + 1}
+
+
+def format_sarif(results) -> str:
+    """SARIF 2.1.0, as GitHub code scanning reads it: paths relative to the current directory
+    (``%SRCROOT%``), columns in UTF-16 code units. A notebook finding's region counts lines within
+    its cell (``properties.cell``), and its fix is left out (SARIF has no notion of cells)."""
+    rules = _sarif_rules()
+    index = {rule["id"]: i for i, rule in enumerate(rules)}
+    sarif_results = []
+    for entry in file_diagnostics(results):
+        location = {"uri": quote(Path(entry["path"]).as_posix()), "uriBaseId": "%SRCROOT%"}
+        for diag in entry["diagnostics"]:
+            result = {"ruleId": diag["code"], "ruleIndex": index[diag["code"]],
+                      "level": SARIF_LEVELS[diag["severity"]], "message": {"text": diag["message"]},
+                      "locations": [{"physicalLocation": {"artifactLocation": location,
+                                                          "region": _sarif_region(diag["range"])}}]}
+            cell, fix = diag["data"]["cell"], diag["data"]["fix"]
+            if cell is not None:
+                result["properties"] = {"cell": cell}
+            elif fix is not None:
+                unsafe = " (unsafe)" if fix["applicability"] == "unsafe" else ""
+                result["fixes"] = [{
+                    "description": {"text": fix["title"] + unsafe},
+                    "artifactChanges": [{"artifactLocation": location, "replacements": [
+                        {"deletedRegion": _sarif_region(edit["range"]), "insertedContent": {"text": edit["newText"]}}
+                        for edit in fix["edits"]]}],
+                }]
+            sarif_results.append(result)
+    errors = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
+    run = {
+        "tool": {"driver": {"name": "torchlint", "version": __version__, "semanticVersion": __version__,
+                            "informationUri": INFORMATION_URI, "rules": rules}},
+        "invocations": [{"executionSuccessful": not errors, "toolExecutionNotifications": [
+            {"level": "error", "message": {"text": error}} for error in errors]}],
+        "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+        "columnKind": "utf16CodeUnits",
+        "results": sarif_results,
+    }
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2,
+                      ensure_ascii=False) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    """GitHub Actions workflow commands: the message part (as @actions/core escapes it)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+GITHUB_LEVELS = {1: "error", 2: "warning", 3: "notice", 4: "notice"}
+
+
+def format_github(results) -> str:
+    """One GitHub Actions annotation per finding (``::warning file=...,line=...::message``). A
+    notebook finding names its cell in the message and gives no line: the file's lines are JSON."""
+    lines = []
+    for result in sorted(results, key=lambda r: r.path):
+        for diag in result.diagnostics:
+            path = Path(diag.path).as_posix()
+            properties = [("file", path)]
+            message = diag.message
+            if diag.cell is None:
+                properties += [("line", diag.line + 1), ("col", diag.col + 1),
+                               ("endLine", diag.end_line + 1), ("endColumn", diag.end_col + 1)]
+            else:
+                message = f"cell {diag.cell + 1}, line {diag.line + 1}, column {diag.col + 1}: {message}"
+            properties.append(("title", f"{diag.code} ({diag.name})"))
+            rendered = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties)
+            lines.append(f"::{GITHUB_LEVELS[int(diag.severity)]} {rendered}::{_escape_data(message)}")
+    return "".join(line + "\n" for line in lines)
+
+
+REPORTS = {"json": format_json, "jsonl": format_jsonl, "sarif": format_sarif, "github": format_github}
 
 
 def _marker(diag: Diagnostic, unsafe_fixes: bool) -> str:

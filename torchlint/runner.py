@@ -12,6 +12,7 @@ from pathlib import Path
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity
 from torchlint.engine import FixError, fix_source, lint_source, syntax_error
 from torchlint.fileio import SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, write_source
+from torchlint.notebook import check_notebook_text, is_notebook
 
 
 @dataclass
@@ -22,6 +23,7 @@ class FileResult:
     fixed: list[Diagnostic] = field(default_factory=list)
     diff: str = ""
     error: str | None = None  # could not be read or written: exit 2
+    cells: list[str] | None = None  # a notebook's cell texts: what diagnostics with a `cell` refer to
 
 
 def display_path(path: Path) -> str:
@@ -83,6 +85,8 @@ class Options:
 
 def check_text(source: str, path: str, settings, options: Options, raw: bytes | None = None) -> FileResult:
     """Lint (and fix, per options) one text; writing is the caller's business."""
+    if is_notebook(path):
+        return check_notebook_text(source, path, settings, options, raw)
     result = FileResult(path, source)
     if options.fix or options.diff:
         try:
@@ -125,8 +129,32 @@ def check_file(path: Path, settings, options: Options) -> FileResult:
         try:
             write_source(source_file, result.source)
         except WriteError as error:
+            result = check_text(source_file.text, shown, settings, Options())
             result.error = str(error)
-            result.fixed = []
-            result.source = source_file.text
-            result.diagnostics = lint_source(source_file.text, shown, settings)
     return result
+
+
+# Below this many files a process pool costs more (start-up, imports) than it saves.
+PARALLEL_MIN_FILES = 64
+
+
+def _check_batch(batch: list[Path], settings, options: Options) -> list[FileResult]:
+    return [check_file(path, settings, options) for path in batch]
+
+
+def check_files(files: list[Path], settings, options: Options, jobs: int = 0) -> list[FileResult]:
+    """Every file, in order; across processes when there are many (``jobs`` 0: one per core)."""
+    workers = jobs or (os.cpu_count() or 1)
+    if workers <= 1 or len(files) < (PARALLEL_MIN_FILES if not jobs else 2):
+        return [check_file(path, settings, options) for path in files]
+    import concurrent.futures
+    import multiprocessing
+
+    # Interleaved batches spread large and small files evenly; fork shares the loaded rules.
+    batches = [files[i::workers * 4] for i in range(workers * 4)]
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        done = pool.map(_check_batch, batches, [settings] * len(batches), [options] * len(batches))
+        by_path = {result_path: result for batch in done for result_path, result in
+                   ((r.path, r) for r in batch)}
+    return [by_path[display_path(path)] for path in files]

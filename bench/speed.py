@@ -1,0 +1,165 @@
+"""Time torchlint against its peers on real code, side by side in one run.
+
+    bench/setup.sh                      # corpora and peers into bench/.work (once)
+    .venv/bin/python bench/speed.py     # writes bench/results/speed.md
+
+Each command runs as a child process; wall time and the child's peak RSS come from os.wait4.
+Single process throughout (this is what the targets of issue 6 are about); medians of --repeat
+runs, except for the slow peers (TorchFix, Fixit), which run once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def run(command: list[str], cwd: Path | None = None) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS bytes, exit code) of one child process."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    return elapsed, usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status)
+
+
+def measure(name: str, command: list[str], repeat: int, cwd: Path | None = None, before=None) -> dict:
+    times, rss, codes = [], [], set()
+    for _ in range(repeat):
+        if before:
+            before()
+        elapsed, peak, code = run(command, cwd)
+        times.append(elapsed)
+        rss.append(peak)
+        codes.add(code)
+    result = {"name": name, "median_s": statistics.median(times), "runs": times, "peak_rss": max(rss),
+              "exit_codes": sorted(codes), "command": " ".join(command)}
+    print(f"{name:55s} {result['median_s']:8.2f} s  {result['peak_rss'] / 2**20:7.0f} MiB  exit {sorted(codes)}",
+          flush=True)
+    return result
+
+
+def count_lines(paths: list[Path]) -> tuple[int, int]:
+    files = lines = 0
+    for root in paths:
+        for path in root.rglob("*.py"):
+            files += 1
+            with path.open("rb") as handle:
+                lines += sum(1 for _ in handle)
+    return files, lines
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=HERE / ".work", help="where bench/setup.sh put corpora and peers")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-slow-peers", action="store_true", help="do not run TorchFix and Fixit")
+    parser.add_argument("--skip-torch", action="store_true", help="do not lint the torch package itself")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed.md")
+    args = parser.parse_args()
+
+    corpora, peers = args.work / "corpora", args.work / "peers"
+    torchlint = [sys.executable, "-m", "torchlint"]
+    trees = [corpora / "pytorch-lightning", corpora / "timm"]
+    for tree in trees:
+        if not tree.is_dir():
+            sys.exit(f"{tree} is missing: run bench/setup.sh first")
+    files, lines = count_lines(trees)
+    cache = Path(tempfile.mkdtemp(prefix="torchlint-bench-cache-"))
+    rows = []
+    print(f"pytorch-lightning + timm: {files} files, {lines} lines; {machine()}")
+
+    tl_cold = [*torchlint, "check", "--isolated", "--select", "ALL", "--no-cache", "--exit-zero", "-q", *map(str, trees)]
+    tl_warm = [*torchlint, "check", "--isolated", "--select", "ALL", "--cache-dir", str(cache), "--exit-zero", "-q",
+               *map(str, trees)]
+    ruff = [str(peers / "ruff" / "bin" / "ruff"), "check", "--isolated", "--select", "ALL", "--no-cache",
+            "--exit-zero", "-q", *map(str, trees)]
+    rows.append(measure("torchlint --select ALL --no-cache (cold)", tl_cold, args.repeat))
+    run(tl_warm)  # fill the cache
+    rows.append(measure("torchlint --select ALL (warm: every file a cache hit)", tl_warm, args.repeat))
+    rows.append(measure("ruff check --isolated --select ALL --no-cache", ruff, args.repeat))
+    rows.append(measure("ruff check ... --threads 1", [*ruff, "--threads", "1"], args.repeat))
+    if not args.skip_slow_peers:
+        rows.append(measure("torchfix -j1 (0.7.0)", [str(peers / "torchfix" / "bin" / "torchfix"), "-j1",
+                                                     *map(str, trees)], 1))
+        rows.append(measure("fixit lint (2.2.1)", [str(peers / "fixit" / "bin" / "fixit"), "lint",
+                                                   *map(str, trees)], 1))
+
+    example = ROOT / "fixtures" / "examples" / "train.py"
+    rows.append(measure("torchlint on one small file, end to end", [*torchlint, "--isolated", "--no-cache",
+                                                                    "--exit-zero", "-q", str(example)], 10))
+    torch_tree = corpora / "torch" / "torch"
+    if not args.skip_torch and torch_tree.is_dir():
+        t_files, t_lines = count_lines([torch_tree])
+        print(f"torch: {t_files} files, {t_lines} lines")
+        torch_cache = Path(tempfile.mkdtemp(prefix="torchlint-bench-torch-"))
+        rows.append(measure("torchlint --select ALL on torch (cold)",
+                            [*torchlint, "check", "--isolated", "--select", "ALL", "--no-cache", "--exit-zero", "-q",
+                             str(torch_tree)], 1))
+        warm = [*torchlint, "check", "--isolated", "--select", "ALL", "--cache-dir", str(torch_cache), "--exit-zero",
+                "-q", str(torch_tree)]
+        run(warm)
+        rows.append(measure("torchlint --select ALL on torch (warm)", warm, 1))
+        shutil.rmtree(torch_cache, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    write_report(args.out, rows, files, lines)
+
+
+def write_report(out: Path, rows: list[dict], files: int, lines: int) -> None:
+    by = {r["name"]: r for r in rows}
+    cold = by["torchlint --select ALL --no-cache (cold)"]["median_s"]
+    warm = by["torchlint --select ALL (warm: every file a cache hit)"]["median_s"]
+    ruff = by["ruff check --isolated --select ALL --no-cache"]["median_s"]
+    lines_out = [
+        "# Speed: torchlint and its peers",
+        "",
+        f"Measured {date.today().isoformat()} with `python bench/speed.py` on: {machine()}.",
+        f"Corpus: installed sources of pytorch-lightning 2.6.6 and timm 1.0.31 ({files} files, {lines} lines).",
+        "Wall time of one process per run (median), peak RSS of that process.",
+        "",
+        "| command | median s | runs (s) | peak RSS MiB | exit |",
+        "|---|---:|---|---:|---|",
+    ]
+    for r in rows:
+        runs = ", ".join(f"{t:.2f}" for t in r["runs"])
+        lines_out.append(f"| `{r['name']}` | {r['median_s']:.2f} | {runs} | {r['peak_rss'] / 2**20:.0f} | "
+                         f"{r['exit_codes']} |")
+    lines_out += ["", "Ratios:", "",
+                  f"- torchlint cold / ruff: {cold / ruff:.1f}×",
+                  f"- torchlint warm / ruff: {warm / ruff:.1f}×"]
+    if "torchfix -j1 (0.7.0)" in by:
+        lines_out.append(f"- TorchFix -j1 / torchlint cold: {by['torchfix -j1 (0.7.0)']['median_s'] / cold:.1f}×")
+    if "fixit lint (2.2.1)" in by:
+        lines_out.append(f"- Fixit / torchlint cold: {by['fixit lint (2.2.1)']['median_s'] / cold:.1f}×")
+    lines_out += ["", "Commands:", ""] + [f"- {r['name']}: `{r['command']}`" for r in rows]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines_out) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
