@@ -19,6 +19,9 @@ The script needs no change. Before running it (``runpy.run_path`` as ``__main__`
 Output, in DIR: ``steps.jsonl`` (rank 0), one line per optimizer step, written as the run goes so
 that a run that crashes or times out still reports its steps; ``result.rank<R>.json`` per rank at
 the end. The exit status is 0 when the run finished (N steps, or the script ended by itself).
+
+torch is imported inside the functions: the parent process imports this module for its file
+names without loading torch, and a missing torch must end as a clean harness error.
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ class HarnessError(Exception):
 
 
 def traceback_tail(error: BaseException) -> str:
-    lines = "".join(traceback.format_exception(type(error), error, error.__traceback__)).splitlines()
+    """The end of the traceback, from the script's first frame on (this module's and runpy's
+    frames above it say nothing about the script)."""
+    frames = error.__traceback__
+    while frames is not None and frames.tb_next is not None and \
+            frames.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy.__file__):
+        frames = frames.tb_next
+    lines = "".join(traceback.format_exception(type(error), error, frames)).splitlines()
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
@@ -74,35 +83,36 @@ def _mallinfo2():
 
 
 class MemoryMeter:
-    """What the harness calls memory, per device.
+    """What the harness calls memory.
 
-    On CUDA: the caching allocator's counters (bytes held by live tensors, and their peak).
-    On the CPU: the peak is the process's peak RSS (VmHWM). Growth is measured on the bytes the
-    C heap has handed out and not taken back (glibc ``mallinfo2``: in-use arena bytes plus mmapped
-    chunks). Unlike RSS, that number ignores memory the allocator caches after a free, so it
-    moves only with what is still alive: tensors, and the autograd graph nodes that a retained
-    loss keeps (TL101), which RSS hides in its noise. Without glibc it falls back to current RSS.
+    Peak: the CUDA caching allocator's peak on CUDA, the process's peak RSS (VmHWM) on the CPU.
+
+    Growth is measured on what live objects hold: the bytes the C heap has handed out and not
+    taken back (glibc ``mallinfo2``: in-use arena bytes plus mmapped chunks), plus on CUDA the
+    bytes the caching allocator has handed out. Unlike RSS, neither counts memory an allocator
+    keeps cached after a free, so the sum moves only with what is still alive: tensors, and the
+    autograd graph nodes a retained loss keeps (TL101). Those nodes live in host memory even when
+    training on a GPU, hence the host heap on CUDA too. Without glibc, current RSS stands in.
     """
 
     def __init__(self, device: str):
         self.device = device
-        self._mallinfo2 = _mallinfo2() if device == "cpu" else None
+        self._mallinfo2 = _mallinfo2()
+        self.measure = "heap-in-use" if self._mallinfo2 is not None else "rss"
         if device == "cuda":
-            self.measure = "cuda-allocated"
-        elif self._mallinfo2 is not None:
-            self.measure = "heap-in-use"
-        else:
-            self.measure = "rss"
+            self.measure += "+cuda-allocated"
 
     def current_bytes(self) -> int:
+        if self._mallinfo2 is not None:
+            info = self._mallinfo2()
+            held = info.uordblks + info.hblkhd
+        else:
+            held = _current_rss_bytes()
         if self.device == "cuda":
             import torch
 
-            return torch.cuda.memory_allocated()
-        if self._mallinfo2 is not None:
-            info = self._mallinfo2()
-            return info.uordblks + info.hblkhd
-        return _current_rss_bytes()
+            held += torch.cuda.memory_allocated()
+        return held
 
     def peak_bytes(self) -> int | None:
         if self.device == "cuda":

@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from torchlint.harness.runner import RunResult
 from torchlint.harness.verify import VerifyReport
 
 PEAK_MEMORY_LABELS = {"cuda": "peak memory (CUDA)", "cpu": "peak memory (RSS)"}
-GROWTH_LABELS = {"cuda-allocated": "memory growth (CUDA)", "heap-in-use": "memory growth (heap)",
-                 "rss": "memory growth (RSS)"}
+MEASURE_NAMES = {"heap-in-use": "heap", "rss": "RSS", "cuda-allocated": "CUDA"}
+
+
+def memory_measure_name(measure: str | None) -> str:
+    """``heap-in-use+cuda-allocated`` -> ``heap+CUDA``: what the growth row and plot measure."""
+    return "+".join(MEASURE_NAMES.get(part, part) for part in (measure or "rss").split("+"))
 
 
 def display_path(path: Path) -> str:
+    """Relative to the working directory when under it, as the user likely typed it."""
     try:
-        return os.path.relpath(path)
-    except ValueError:  # another drive on Windows
+        return Path(path).relative_to(Path.cwd()).as_posix()
+    except ValueError:
         return str(path)
 
 
 def to_json(report: VerifyReport) -> dict:
-    """The object ``torchlint verify --format json`` prints (see issue 3). ``runs.fixed`` is null
-    when the fixed script did not run; ``runs.fixed_torchrun`` is there when a distributed rewrite
-    ran under torchrun; ``notes`` says how the numbers were taken."""
+    """The object ``torchlint verify --format json`` prints (see issue 3). Beyond the issue's keys:
+    ``runs.fixed`` is null when the fixed script did not run; ``runs.fixed_torchrun`` is there when
+    a distributed rewrite ran under torchrun; ``notes`` says how the numbers were taken (CUDA
+    mapped to the CPU, the memory measure). Fix lines are 1-based, as in the text report."""
     return {
         "script": display_path(report.script),
         "device": report.device,
@@ -44,13 +49,13 @@ def format_json(report: VerifyReport) -> str:
 def format_bytes(count: int | None, signed: bool = False) -> str:
     if count is None:
         return "-"
-    sign = ("+" if count >= 0 else "-") if signed else ("-" if count < 0 else "")
-    value = float(abs(count))
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    sign = "-" if count < 0 else ("+" if signed else "")
+    value, unit = float(abs(count)), "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
 
 
 def _loss(value: float | None) -> str:
@@ -61,7 +66,7 @@ def _rows(report: VerifyReport, runs: dict[str, RunResult]) -> list[tuple[str, l
     def each(show) -> list[str]:
         return [show(run) for run in runs.values()]
 
-    measure = next((run.memory_measure for run in runs.values() if run.memory_measure), "rss")
+    measure = next((run.memory_measure for run in runs.values() if run.memory_measure), None)
     return [
         ("finished", each(lambda r: "yes" if r.finished else "no")),
         ("optimizer steps", each(lambda r: str(r.steps))),
@@ -70,7 +75,8 @@ def _rows(report: VerifyReport, runs: dict[str, RunResult]) -> list[tuple[str, l
         ("last loss", each(lambda r: _loss(r.losses[-1] if r.losses else None))),
         ("median step time", each(lambda r: "-" if r.step_time_s is None else f"{r.step_time_s * 1e3:.2f} ms")),
         (PEAK_MEMORY_LABELS.get(report.device, "peak memory"), each(lambda r: format_bytes(r.peak_memory_bytes))),
-        (GROWTH_LABELS.get(measure, "memory growth"), each(lambda r: format_bytes(r.memory_growth_bytes, True))),
+        (f"memory growth ({memory_measure_name(measure)})",
+         each(lambda r: format_bytes(r.memory_growth_bytes, signed=True))),
     ]
 
 
@@ -119,9 +125,8 @@ def plot(report: VerifyReport, path: Path) -> None:
         loss_axes.plot(steps, [float("nan") if v is None else v for v in run.losses], label=label)
         memory_axes.plot(steps, [b / 2**20 for b in run.memory_bytes], label=label)
     loss_axes.set(title="loss", xlabel="optimizer step")
-    original = report.runs["original"]
-    measure = GROWTH_LABELS.get(original.memory_measure if original else "", "memory").replace(" growth", "")
-    memory_axes.set(title=measure, xlabel="optimizer step", ylabel="MiB")
+    measure = memory_measure_name(report.runs["original"].memory_measure)
+    memory_axes.set(title=f"memory held ({measure})", xlabel="optimizer step", ylabel="MiB")
     for axes in (loss_axes, memory_axes):
         axes.legend()
     figure.suptitle(f"torchlint verify {display_path(report.script)} ({report.device})")

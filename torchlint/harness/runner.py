@@ -32,7 +32,6 @@ Progress = Callable[[str], None]
 class RunResult:
     """One run as the report shows it. ``to_json`` is the RUN object of ``verify --format json``."""
 
-    label: str
     finished: bool
     steps: int
     losses: list[float | None]
@@ -41,14 +40,13 @@ class RunResult:
     memory_growth_bytes: int | None
     world_size: int
     error: str | None
-    # Details for the text report and the plot.
-    command: list[str] = field(default_factory=list)
+    # Details for the text report, the notes and the plot.
     device: str | None = None
     memory_bytes: list[int] = field(default_factory=list)  # per step, measured as memory_measure
     memory_measure: str | None = None
     cuda_mapped_calls: int = 0
     harness_error: str | None = None  # the run could not be set up: not the script's fault
-    stopped_by_harness: bool = False
+    stopped_by_harness: bool = False  # False when finished: the script ended by itself
 
     def to_json(self) -> dict:
         return {"finished": self.finished, "steps": self.steps, "losses": self.losses,
@@ -108,7 +106,7 @@ def run_script(script: Path, script_args: list[str], *, label: str, steps: int, 
     elapsed = time.monotonic() - started
     if progress:
         progress(f"{label}: done in {elapsed:.1f} s")
-    return _read_result(label, command, process.returncode, timed_out, timeout_s, result_dir,
+    return _read_result(process.returncode, timed_out, timeout_s, result_dir,
                         output_path.read_text(encoding="utf-8", errors="replace"))
 
 
@@ -153,8 +151,7 @@ def _tail(text: str) -> str:
     return "\n".join(text.rstrip().splitlines()[-ERROR_TAIL_LINES:])
 
 
-def _read_result(label: str, command: list[str], returncode: int, timed_out: bool, timeout_s: float,
-                 result_dir: Path, output: str) -> RunResult:
+def _read_result(returncode: int, timed_out: bool, timeout_s: float, result_dir: Path, output: str) -> RunResult:
     rank_results = {}
     for path in sorted(result_dir.glob(RESULT_FILE.format(rank="*"))):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -178,10 +175,10 @@ def _read_result(label: str, command: list[str], returncode: int, timed_out: boo
     step_times = [r["step_time_s"] for r in records if r["step_time_s"] is not None]
     memory = [r["memory_bytes"] for r in records]
     return RunResult(
-        label=label, finished=finished, steps=len(records), losses=[r["loss"] for r in records],
+        finished=finished, steps=len(records), losses=[r["loss"] for r in records],
         step_time_s=statistics.median(step_times) if step_times else None,
         peak_memory_bytes=main.get("peak_memory_bytes"), memory_growth_bytes=memory_growth(memory),
-        world_size=main.get("world_size", 1), error=error, command=command, device=main.get("device"),
+        world_size=main.get("world_size", 1), error=error, device=main.get("device"),
         memory_bytes=memory, memory_measure=main.get("memory_measure"),
         cuda_mapped_calls=main.get("cuda_mapped_calls", 0), harness_error=harness_error,
         stopped_by_harness=bool(main.get("stopped_by_harness")))

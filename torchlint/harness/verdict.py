@@ -50,10 +50,11 @@ class Verdict:
         return self.exit_code == PASS
 
 
-def judge_original(original: RunResult, steps: int) -> Verdict | None:
+def judge_original(original: RunResult) -> Verdict | None:
     """Why the original cannot serve as the reference, or None when it can."""
     if not original.finished:
-        return Verdict(CANNOT_VERIFY, [f"the original script does not run: {_first_line(original.error)}"])
+        where = "does not run" if original.steps == 0 else f"stopped after {original.steps} optimizer steps"
+        return Verdict(CANNOT_VERIFY, [f"the original script {where}: {_first_line(original.error)}"])
     if original.steps == 0:
         return Verdict(CANNOT_VERIFY, ["the original script never steps an optimizer (no optimizer.step() "
                                        "was called), so there is no training to compare"])
@@ -66,19 +67,14 @@ def judge(original: RunResult, fixed: RunResult, fixes: list[AppliedFix], *, dev
     ran, reason = _same_steps(original, fixed)
     if not ran:
         return Verdict(FAIL, [reason])  # nothing else can be judged on a run that broke
-    reasons = [reason]
-    failed = False
-    checks = []
     if any(fix.applicability == "unsafe" for fix in fixes):
-        checks.append(_still_trains(original, fixed))
+        checks = [_still_trains(original, fixed, device)]
     else:
-        checks.append(_trajectories_agree(original, fixed, device))
+        checks = [_trajectories_agree(original, fixed, device)]
     if distributed is not None:
         checks.append(_runs_distributed(original, distributed, nproc))
-    for ok, reason in checks:
-        failed |= not ok
-        reasons.append(reason)
-    return Verdict(FAIL if failed else PASS, reasons)
+    passed = all(ok for ok, _ in checks)
+    return Verdict(PASS if passed else FAIL, [reason] + [why for _, why in checks])
 
 
 def _same_steps(original: RunResult, fixed: RunResult) -> tuple[bool, str]:
@@ -126,10 +122,12 @@ def trains(losses: list[float | None]) -> tuple[bool, str]:
     return drop >= TRAINS_MIN_RELATIVE_DROP, summary
 
 
-def _still_trains(original: RunResult, fixed: RunResult) -> tuple[bool, str]:
+def _still_trains(original: RunResult, fixed: RunResult, device: str) -> tuple[bool, str]:
     ok, summary = trains(fixed.losses)
     if ok:
-        return True, f"unsafe fixes: the fixed script still trains: {summary}"
+        unchanged = "; its losses even match the original's at every step" \
+            if _trajectories_agree(original, fixed, device)[0] else ""
+        return True, f"unsafe fixes: the fixed script still trains: {summary}{unchanged}"
     reason = f"unsafe fixes: the fixed script does not train: {summary}"
     if not trains(original.losses)[0]:
         reason += "; the original does not either over these steps: try more --steps"

@@ -5,6 +5,11 @@ another wrote (a checkpoint it would resume from) and the user's files are never
 selected fixes are applied to the script itself in the fixed copies; modules it imports from its
 folder run as written. Then the original runs, the fixed script runs, and, for a distributed
 rewrite, the fixed script runs again under torchrun; ``verdict`` judges them.
+
+Limits: the original always runs as plain ``python``, so a script that only works under a
+launcher (it reads RANK/WORLD_SIZE) cannot be the reference; training that happens in processes
+the script starts itself (``mp.spawn``) is not instrumented; steps are ``optimizer.step()`` calls
+of any optimizer (a GAN's two optimizers make two steps per iteration).
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
 
         original = run("original", None)
         device = original.device or options.device
-        verdict = judge_original(original, options.steps)
+        verdict = judge_original(original)
         if verdict is None and not fixes:
             verdict = Verdict(PASS, ["no fixes apply to this script with the selected rules: nothing to verify"])
         if verdict is None:
@@ -109,15 +114,16 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
     mapped = [f"{run.cuda_mapped_calls} in the {label.replace('_', ' ')} run"
               for label, run in report.runs.items() if run is not None and run.cuda_mapped_calls]
     if mapped:
-        notes.append("CUDA calls ran on the CPU: there is no CUDA here, so the harness mapped .cuda(), "
-                     f"device=\"cuda\" and the like to the CPU ({', '.join(mapped)})")
+        notes.append("CUDA calls ran on the CPU: the runs' device is the CPU, so the harness mapped .cuda(), "
+                     f"device=\"cuda\" and the like to it ({', '.join(mapped)})")
     original = report.runs["original"]
-    if original.memory_measure == "heap-in-use":
-        notes.append("memory growth is measured on the bytes the C heap holds in use (live tensors and "
-                     "autograd graphs; malloc's cache excluded), late steps minus early steps")
+    if original.memory_measure and original.memory_measure.startswith("heap-in-use"):
+        on_cuda = " plus the CUDA allocator's" if "cuda" in original.memory_measure else ""
+        notes.append(f"memory growth is measured on the bytes the C heap holds in use{on_cuda} (live tensors "
+                     "and autograd graphs; allocator caches excluded), late steps minus early steps")
     if report.fixes:
         notes.append(f"fixes were applied to {report.script.name} only; modules it imports ran as written")
-    if original.finished and 0 < original.steps < options.steps:
+    if original.finished and original.steps and not original.stopped_by_harness:
         notes.append(f"the script ended by itself after {original.steps} optimizer steps, before --steps "
                      f"{options.steps}")
     if distributed and nproc <= 1:

@@ -1,0 +1,53 @@
+"""Test-only rules for the harness tests: "fixes" that change what a script learns, which
+``torchlint verify`` must catch. They go through the real engine (``fix_source(..., rules=...)``),
+so the harness sees them exactly as it sees a shipped rule's fixes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from torchlint.matching import argument
+from torchlint.rule import Rule
+
+OPTIMIZERS = ("torch.optim.SGD", "torch.optim.Adam", "torch.optim.AdamW")
+
+
+class _SetLearningRate(Rule):
+    """Replaces a literal learning rate passed to an optimizer by ``new_lr`` (once: the engine
+    re-lints fixed code until nothing is left to fix)."""
+
+    kind = "correctness"
+    triggers = ("lr",)
+    new_lr: ClassVar[float]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualified_name(node.func) not in OPTIMIZERS:
+            return
+        lr = argument(node, "lr", 1)
+        if lr is None or not isinstance(lr.value, (cst.Float, cst.Integer)) or \
+                float(lr.value.evaluated_value) == self.new_lr:
+            return
+        self.report(node, f"planted: lr becomes {self.new_lr!r}",
+                    self.fix("Change the learning rate", self.replace(lr.value, repr(self.new_lr))))
+
+
+class LowerLearningRateClaimedSafe(_SetLearningRate):
+    """A wrong fix that claims to be safe: the loss trajectory changes from the second step on."""
+
+    code = "TL998"
+    name = "planted-lower-learning-rate"
+    summary = "test only: lowers the learning rate and calls that safe"
+    fix_applicability = "safe"
+    new_lr = 0.01
+
+
+class ZeroLearningRate(_SetLearningRate):
+    """An unsafe fix that stops training altogether: the loss no longer falls."""
+
+    code = "TL999"
+    name = "planted-zero-learning-rate"
+    summary = "test only: sets the learning rate to zero"
+    fix_applicability = "unsafe"
+    new_lr = 0.0

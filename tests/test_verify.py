@@ -1,0 +1,264 @@
+"""`torchlint verify` end to end on the CPU: the reference training scripts in fixtures/training,
+and scripts that must not pass (broken, never stepping, planted bad fixes).
+
+Every verification runs real training subprocesses (about 2-3 s each, mostly importing torch),
+so each distinct command line runs once per session and the tests share its report.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness_helpers import LowerLearningRateClaimedSafe, ZeroLearningRate
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="the harness runs training scripts and needs torch: pip install torch==2.13.0 (the `test` extra)")
+
+from torchlint.engine import fix_source  # noqa: E402
+from torchlint.harness import verify as verify_module  # noqa: E402
+from torchlint.harness.cli import verify  # noqa: E402
+
+TRAINING = Path(__file__).resolve().parent.parent / "fixtures" / "training"
+STEPS = 50  # every reference script has more steps than this, and clearly learns within them
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_run(monkeypatch):
+    """The runs inherit this: one intra-op thread each. These tests judge losses, not speed, and
+    torch's thread pool slows down several-fold when the machine's few cores are busy."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def run_cli(*args: str):
+    result = CliRunner().invoke(verify, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@functools.cache
+def verification(script: str, *flags: str) -> tuple[int, dict]:
+    """Exit code and JSON report of `torchlint verify --format json` on a reference script,
+    once per distinct command line; arguments after "--" go to the script."""
+    exit_code, stdout, stderr = run_cli("--format", "json", "--steps", str(STEPS), str(TRAINING / script), *flags)
+    assert stdout, f"no report on stdout; stderr:\n{stderr}"
+    return exit_code, json.loads(stdout)
+
+
+def fix_codes(report: dict) -> set[str]:
+    return {fix["code"] for fix in report["fixes"]}
+
+
+def assert_learns(run: dict) -> None:
+    losses = run["losses"]
+    assert all(isinstance(loss, float) for loss in losses)
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
+
+
+# --- a small script written in each test's own folder ---------------------------------------------
+
+def write_script(folder: Path, text: str) -> Path:
+    script = folder / "train.py"
+    script.write_text(text, encoding="utf-8")
+    return script
+
+
+TINY_TRAINING = """\
+import sys
+
+import torch
+
+num_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+torch.manual_seed(0)
+inputs = torch.randn(256, 8)
+targets = inputs @ torch.randn(8, 1)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for step in range(num_steps):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+    loss.backward()
+    {step_call}
+    losses.append(loss)
+    with open("progress.txt", "w") as progress:
+        progress.write(str(step))
+"""
+
+
+# --- the reference scripts pass -------------------------------------------------------------------
+
+REFERENCE_CASES = {
+    # script and flags: the fixes of the anti-patterns each script was written to show. Other
+    # rules may fix more there (the verification then covers their fixes too).
+    ("cnn_bn_leak.py",): {"TL101"},
+    ("cnn_bn_leak.py", "--unsafe-fixes"): {"TL101", "TL401"},
+    ("mlp_move.py",): {"TL201"},
+    ("mlp_move.py", "--unsafe-fixes"): {"TL201", "TL301"},
+    ("dataparallel.py", "--unsafe-fixes", "--nproc", "2"): {"TL501"},
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCE_CASES), ids=" ".join)
+def test_reference_script_passes(case):
+    exit_code, report = verification(*case)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
+    assert fix_codes(report) >= REFERENCE_CASES[case]
+    if "--unsafe-fixes" not in case:
+        assert {fix["applicability"] for fix in report["fixes"]} == {"safe"}
+    assert report["device"] == "cpu" and report["steps"] == STEPS
+    for label in ("original", "fixed"):
+        run = report["runs"][label]
+        assert run["finished"] and run["error"] is None
+        assert run["steps"] == len(run["losses"]) == STEPS
+        assert run["world_size"] == 1
+        assert run["step_time_s"] > 0 and run["peak_memory_bytes"] > 0
+        assert_learns(run)
+
+
+@pytest.mark.parametrize("script", ["cnn_bn_leak.py", "mlp_move.py"])
+def test_safe_fixes_keep_the_loss_trajectory(script):
+    _, report = verification(script)
+    assert all(fix["applicability"] == "safe" for fix in report["fixes"])
+    assert report["runs"]["fixed"]["losses"] == pytest.approx(report["runs"]["original"]["losses"], rel=1e-5)
+    assert any("trajectories agree" in reason for reason in report["reasons"])
+
+
+def test_unsafe_fixes_are_judged_on_training():
+    _, report = verification("cnn_bn_leak.py", "--unsafe-fixes")
+    # Removing the conv biases changes the initialisation, so the trajectories differ: the
+    # verdict rests on the fixed run still training, not on agreement.
+    assert report["runs"]["fixed"]["losses"] != report["runs"]["original"]["losses"]
+    assert any("still trains" in reason for reason in report["reasons"])
+
+
+def test_leaky_script_memory_grows_before_and_not_after_the_fix():
+    _, report = verification("cnn_bn_leak.py")
+    before = report["runs"]["original"]["memory_growth_bytes"]
+    after = report["runs"]["fixed"]["memory_growth_bytes"]
+    # Each retained loss keeps its step's autograd graph nodes alive: several KiB per step.
+    assert before > 128 * 1024, before
+    assert before > 5 * max(after, 1024), (before, after)
+
+
+def test_dataparallel_rewrite_runs_under_torchrun_and_as_plain_python():
+    _, report = verification("dataparallel.py", "--unsafe-fixes", "--nproc", "2")
+    distributed = report["runs"]["fixed_torchrun"]
+    assert distributed["finished"] and distributed["world_size"] == 2 and distributed["steps"] == STEPS
+    assert report["runs"]["fixed"]["world_size"] == 1
+    assert any("torchrun --nproc_per_node=2" in reason for reason in report["reasons"])
+
+
+def test_cuda_calls_are_mapped_to_the_cpu_and_said_so():
+    _, report = verification("mlp_move.py")  # calls torch.zeros(1).cuda() every epoch
+    assert any(note.startswith("CUDA calls ran on the CPU") for note in report["notes"])
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+def test_user_files_are_left_alone_and_arguments_reach_the_script(tmp_path):
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
+    before = script.read_text(encoding="utf-8")
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "30", str(script), "--", "20")
+    report = json.loads(stdout)
+    assert exit_code == 0 and fix_codes(report) == {"TL101"}
+    assert script.read_text(encoding="utf-8") == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.py"]  # progress.txt went to the copies
+    # "20" after "--" made the script stop by itself after 20 steps, before --steps 30.
+    assert report["runs"]["original"]["steps"] == report["runs"]["fixed"]["steps"] == 20
+    assert any("ended by itself after 20" in note for note in report["notes"])
+
+
+def test_text_report(tmp_path):
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
+    plot = tmp_path.parent / f"{tmp_path.name}.png"
+    exit_code, stdout, stderr = run_cli("--steps", "20", "--plot", str(plot), str(script))
+    assert exit_code == 0
+    lines = stdout.splitlines()
+    append_line = TINY_TRAINING.splitlines().index("    losses.append(loss)") + 1
+    assert lines[lines.index("fixes applied:") + 1].split() == ["line", str(append_line), "TL101", "safe"]
+    assert any(line.split() == ["original", "fixed"] for line in lines)  # the table's header
+    rows = {line.split("  ")[0]: line.split()[-2:] for line in lines if line.strip()}
+    assert rows["finished"] == ["yes", "yes"] and rows["optimizer steps"] == ["20", "20"]
+    assert "verdict: pass" in lines
+    assert plot.is_file() if importlib.util.find_spec("matplotlib") else "--plot needs matplotlib" in stderr
+
+
+def test_nothing_to_verify_when_no_fix_applies(tmp_path):
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "20", "--select", "TL401", str(script))
+    report = json.loads(stdout)
+    assert exit_code == 0 and report["fixes"] == [] and report["runs"]["fixed"] is None
+    assert report["reasons"] == ["no fixes apply to this script with the selected rules: nothing to verify"]
+    assert report["runs"]["original"]["steps"] == 20
+
+
+# --- what must not pass ---------------------------------------------------------------------------
+
+def test_broken_script_exits_2(tmp_path):
+    script = write_script(tmp_path, "import torch\n\nraise RuntimeError('dataset not found')\n")
+    exit_code, stdout, _ = run_cli("--format", "json", str(script))
+    report = json.loads(stdout)
+    assert exit_code == 2 and report["verdict"] == "fail"
+    assert report["reasons"] == ["the original script does not run: RuntimeError: dataset not found"]
+    assert "RuntimeError: dataset not found" in report["runs"]["original"]["error"]
+    assert report["runs"]["fixed"] is None
+
+
+def test_script_that_never_steps_an_optimizer_exits_2(tmp_path):
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="pass  # forgot optimizer.step()"))
+    exit_code, stdout, _ = run_cli("--format", "json", str(script))
+    report = json.loads(stdout)
+    assert exit_code == 2
+    assert "never steps an optimizer" in report["reasons"][0]
+    assert report["runs"]["original"]["finished"] and report["runs"]["original"]["steps"] == 0
+
+
+def test_script_that_hangs_is_stopped_at_the_timeout(tmp_path):
+    script = write_script(tmp_path, "import time\n\nwhile True:\n    time.sleep(0.05)\n")
+    exit_code, stdout, _ = run_cli("--format", "json", "--timeout", "2", str(script))
+    report = json.loads(stdout)
+    assert exit_code == 2
+    assert report["runs"]["original"]["error"].startswith("timed out after 2 s")
+
+
+def test_cuda_device_without_cuda_is_a_usage_error(tmp_path):
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
+    exit_code, stdout, stderr = run_cli("--device", "cuda", str(script))
+    assert exit_code == 2 and not stdout
+    assert "CUDA is not available" in stderr
+
+
+def with_planted_rule(monkeypatch, rule) -> None:
+    """Make verify fix scripts with a test-only rule, through the real engine."""
+    monkeypatch.setattr(verify_module, "fix_source",
+                        lambda source, path, settings: fix_source(source, path, settings, rules=(rule,)))
+
+
+def test_planted_safe_fix_that_changes_the_loss_fails(monkeypatch, tmp_path):
+    with_planted_rule(monkeypatch, LowerLearningRateClaimedSafe)
+    script = Path(shutil.copy(TRAINING / "cnn_bn_leak.py", tmp_path))
+    optimizer_line = next(number for number, line in enumerate(script.read_text(encoding="utf-8").splitlines(), 1)
+                          if "torch.optim.SGD(" in line)
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "20", str(script))
+    report = json.loads(stdout)
+    assert report["fixes"] == [{"code": "TL998", "line": optimizer_line, "applicability": "safe"}]
+    assert exit_code == 1 and report["verdict"] == "fail"
+    # The learning rate first acts in the first optimizer step: the loss of step 2 differs.
+    assert any("losses diverge at step 2" in reason for reason in report["reasons"]), report["reasons"]
+
+
+def test_planted_unsafe_fix_that_stops_training_fails(monkeypatch, tmp_path):
+    with_planted_rule(monkeypatch, ZeroLearningRate)
+    script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "30", "--unsafe-fixes", str(script))
+    report = json.loads(stdout)
+    assert exit_code == 1 and report["verdict"] == "fail"
+    assert any("the fixed script does not train" in reason for reason in report["reasons"]), report["reasons"]
+    assert report["runs"]["fixed"]["finished"]  # it ran; it just did not learn
