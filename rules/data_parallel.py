@@ -80,7 +80,7 @@ def {HELPER}(module):
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if torch.cuda.is_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
         torch.cuda.set_device(local_rank)
         module = module.cuda(local_rank)
         return torch.nn.parallel.DistributedDataParallel(module, device_ids=[local_rank])

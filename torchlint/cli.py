@@ -78,6 +78,8 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         sys.exit(EXIT_ERROR)
     # A buffer's name need not exist yet (a new file in an editor): its folder's config still counts.
     anchor = Path(stdin_filename) if stdin_filename else paths[0]
+    if anchor.is_symlink() and not anchor.exists():  # a broken link or a symlink loop: resolving it fails
+        anchor = anchor.parent
     try:
         settings = resolve_settings(
             anchor, config=config, select=_split(select),
@@ -91,7 +93,7 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             code = _check_stdin(stdin_filename or "-", settings, fix, diff, output_format, exit_zero, quiet)
         else:
             if force_exclude:
-                paths = [p for p in paths if not settings.is_excluded(p)]
+                paths = [p for p in paths if not (p.exists() and settings.is_excluded(p))]
                 if not paths:
                     sys.exit(EXIT_CLEAN)
             code = _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zero, quiet, jobs,
@@ -150,7 +152,7 @@ def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> 
 
     raw = sys.stdin.buffer.read()
     try:
-        text, _, _ = decode_source(raw, name)
+        text, _, _ = decode_source(raw)
     except SourceDecodeError as error:
         result = FileResult(name, "", [syntax_error(name, f"cannot decode the input: {error}")])
     else:

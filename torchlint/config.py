@@ -158,7 +158,12 @@ def read_config(path: Path) -> dict:
         table = data.get("tool", {}).get("torchlint", {}) if path.name == "pyproject.toml" else data
     else:
         try:
-            table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}  # never yaml.load: tags run code
+        except yaml.MarkedYAMLError as error:  # one line: where, and what
+            mark = error.problem_mark
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+            refused = " (tags that build Python objects are refused)" if "python/" in str(error.problem) else ""
+            raise ConfigError(f"{path}{where}: cannot read YAML: {error.problem}{refused}") from None
         except (OSError, yaml.YAMLError) as error:
             raise ConfigError(f"{path}: cannot read YAML: {error}") from None
     if not isinstance(table, dict):

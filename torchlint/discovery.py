@@ -135,7 +135,8 @@ def discover(paths: list[Path], settings, on_error) -> list[Path]:
     found: dict[Path, None] = {}
     for given in paths:
         if not given.exists():
-            on_error(f"{given}: no such file or directory")
+            on_error(f"{given}: a broken symbolic link or a symlink loop" if given.is_symlink() else
+                     f"{given}: no such file or directory")
             continue
         if given.is_file():
             found[given] = None  # named explicitly: always checked

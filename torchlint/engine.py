@@ -4,17 +4,21 @@ positions and fixes only for what was reported, apply fixes to a fixpoint."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+import re
+import warnings
+from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from torchlint import guards
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
 from torchlint.matching import ImportMap
 from torchlint.rule import NodeEdit, Report, Rule, RuleContext
 from torchlint.suppression import apply_noqa, skip_file
-from torchlint.walk import walk
+from torchlint.walk import visit, walk
 
 SYNTAX_ERROR = ("TL000", "syntax-error")
 MAX_FIX_ROUNDS = 10
@@ -58,9 +62,17 @@ def syntax_error(path: str, error: cst.ParserSyntaxError | str, line: int = 0, c
     return Diagnostic(path, *SYNTAX_ERROR, message, Severity.ERROR, line, col, line, col)
 
 
+def _python_compile(source: str, flags: int = ast.PyCF_ONLY_AST):
+    """CPython's parse (or, with ``flags=0``, its compiler), silent: the warnings it has about the
+    user's code (invalid escape sequences...) are not torchlint's to print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile(source, "<file>", "exec", flags, dont_inherit=True)
+
+
 def _python_syntax_error(source: str) -> SyntaxError | None:
     try:
-        compile(source, "<file>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        _python_compile(source)
     except SyntaxError as error:
         return error
     except (ValueError, RecursionError, MemoryError):
@@ -72,12 +84,76 @@ def _parse_failure(path: str, source: str, error: Exception) -> Diagnostic:
     """TL000 with CPython's message and position when it has one (LibCST's are vaguer)."""
     python_error = _python_syntax_error(source)
     if python_error is not None and python_error.lineno:
-        line = python_error.lineno - 1
-        col = max((python_error.offset or 1) - 1, 0)
-        return syntax_error(path, f"SyntaxError: {python_error.msg}", line, col)
+        return _cpython_error(path, python_error)
     if isinstance(error, RecursionError):
-        return syntax_error(path, "the file nests too deeply to be parsed")
+        return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests too deeply to be parsed; split the deepest "
+                                  "expression, or exclude the file")
+    if python_error is None and _python_parses(source):  # valid Python that LibCST cannot read
+        return syntax_error(path, f"{_CANNOT_ANALYZE}: its parser (LibCST) rejects it although Python accepts "
+                                  f"it ({error.message if isinstance(error, cst.ParserSyntaxError) else error}); "
+                                  "exclude the file")
     return syntax_error(path, error)
+
+
+def _python_parses(source: str, flags: int = ast.PyCF_ONLY_AST) -> bool:
+    try:
+        _python_compile(source, flags)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+# LibCST's parser takes seconds on an expression nested a few hundred levels deep (its time grows
+# with the square of the depth), its position pass then overflows Python's stack, and its native
+# parser crashes the whole process on brackets nested about two thousand deep. So CPython's parser
+# (in C, about a tenth of LibCST's time) looks at a file before LibCST does.
+MAX_NESTING = 300  # levels of CPython's syntax tree; real code stays under 40
+MAX_BRACKETS = 200  # CPython's own limit ("too many nested parentheses")
+_BRACKET = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+_NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
+_CANNOT_ANALYZE = "torchlint cannot analyze this file"
+
+
+def _too_deep(source: str, path: str) -> Diagnostic | None:
+    """TL000 for a file LibCST must not be given: CPython refuses its nesting, or it nests deeper
+    than torchlint analyzes."""
+    try:
+        tree = _python_compile(source)
+    except (RecursionError, MemoryError):
+        return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests too deeply even for Python's own parser; "
+                                  "split the deepest expression, or exclude the file")
+    except SyntaxError as error:
+        # brackets (strings included: an overestimate) beyond CPython's limit: a syntax error
+        # for this Python, and LibCST must not try
+        depth = max(accumulate(map(_BRACKET.__getitem__, _NOT_BRACKETS.sub("", source))), default=0)
+        if depth > MAX_BRACKETS or "too many nested" in str(error.msg):
+            return _cpython_error(path, error)
+        return None  # an ordinary syntax error, or a grammar newer than this Python: LibCST decides
+    except ValueError:
+        return None
+    depth = _tree_depth(tree)
+    if depth > MAX_NESTING:
+        return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {depth} levels deep and torchlint reads up to "
+                                  f"{MAX_NESTING}; split the deepest expression, or exclude the file")
+    return None
+
+
+def _tree_depth(tree: ast.AST) -> int:
+    """The depth of the tree as LibCST will build it."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.BoolOp):  # flat here, but LibCST nests `a and b and c` an operand a level
+            depth += len(node.values) - 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _cpython_error(path: str, error: SyntaxError) -> Diagnostic:
+    line = max((error.lineno or 1) - 1, 0)
+    col = max((error.offset or 1) - 1, 0)
+    return syntax_error(path, f"SyntaxError: {error.msg}", line, col)
 
 
 def _syntax_check(source: str, path: str) -> list[Diagnostic]:
@@ -85,6 +161,9 @@ def _syntax_check(source: str, path: str) -> list[Diagnostic]:
     parser is far cheaper than LibCST's, and LibCST confirms (it knows newer grammars)."""
     if _python_syntax_error(source) is None:
         return []
+    too_deep = _too_deep(source, path)
+    if too_deep is not None:
+        return [too_deep]
     try:
         cst.parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
@@ -100,22 +179,57 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     candidates = [rule for rule in rules if rule.applies(source)]
     if not candidates:
         return _syntax_check(source, path)
+    too_deep = _too_deep(source, path)
+    if too_deep is not None:
+        return [too_deep]
     try:
         module = cst.parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
-    ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
-    dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
-    walk(module, dispatcher.on_visit, dispatcher.on_leave)
-    if not ctx.reports:
-        return []
-    diagnostics = _resolve(ctx, module, source)
+    try:
+        ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
+        dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
+        walk(module, dispatcher.on_visit, dispatcher.on_leave)
+        if not ctx.reports:
+            return []
+        _apply_guards(module, ctx.reports)
+        diagnostics = _resolve(ctx, module, source)
+    except RecursionError:  # a shape the depth check does not see (`a and b and ...`, "a" "b" ...)
+        return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "
+                                   "or exclude the file")]
+    if "\f" in source and module.code != source:
+        # LibCST drops some form feeds in indentation, so its positions are off from there on and
+        # a fix would land beside its target: report, but fix nothing
+        diagnostics = [replace(d, fix=None) for d in diagnostics]
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
+
+
+def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
+    """Withhold the fixes that torchlint/guards.py finds unsafe, whichever rule wrote them, judged
+    at each edited node's own place in the tree (a rule may write a fix far from where it stands)."""
+    edits: dict[int, list[tuple[Report, NodeEdit]]] = {}
+    for report in reports:
+        for edit in report.fix.edits if report.fix is not None else ():
+            if guards.may_change_keywords(edit):
+                edits.setdefault(id(edit.node), []).append((report, edit))
+    if not edits:
+        return
+    path: list[cst.CSTNode] = []
+
+    def on_visit(node: cst.CSTNode) -> None:
+        path.append(node)
+        for report, edit in edits.get(id(node), ()):
+            if report.fix is not None and guards.withheld(edit, path):
+                report.fix = None
+
+    walk(module, on_visit, lambda node: path.pop())
 
 
 def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnostic]:
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    # PositionProvider directly: MetadataWrapper.resolve would walk the whole tree once more for
+    # nothing (an empty batch of batchable providers), a third of the cost on a large file
+    positions = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
     text = SourceText(source)
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
     indents = _block_indents(module, replaced) if replaced else {}
@@ -163,7 +277,7 @@ class _IndentFinder(cst.CSTVisitor):
 
 def _block_indents(module: cst.Module, nodes: list[cst.CSTNode]) -> dict[int, list[str]]:
     finder = _IndentFinder(module, nodes)
-    module.visit(finder)
+    visit(module, finder)
     return finder.found
 
 
@@ -245,15 +359,21 @@ def parses(source: str) -> bool:
 
 
 def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> FixResult:
-    """Apply fixes round after round until none applies (bounded); the result always parses."""
+    """Apply fixes round after round until none applies (bounded); the result always parses, and
+    compiles if the original did."""
     result = FixResult(source)
     diagnostics = lint_source(source, path, settings, rules)
+    compiles = None  # does the original compile with this Python? (asked once there is a fix)
     for _ in range(MAX_FIX_ROUNDS):
         taken, edits = select_edits(diagnostics, settings.unsafe_fixes)
         if not taken or any(d.code == SYNTAX_ERROR[0] for d in diagnostics):
             break
         candidate = apply_edits(result.source, edits)
-        if not parses(candidate):
+        if compiles is None:
+            compiles = _python_parses(source, flags=0)
+        # CPython's compiler is the stricter judge (it also rejects `return` outside a function)
+        # and cheaper than LibCST; LibCST judges code written for a newer Python than this one
+        if not (_python_parses(candidate, flags=0) if compiles else parses(candidate)):
             raise FixError(f"{path}: fixes {', '.join(sorted({d.code for d in taken}))} produced code that "
                            "does not parse; nothing was written. Please report this as a torchlint bug.")
         result.source = candidate

@@ -38,22 +38,27 @@ class SourceFile:
         return codecs.BOM_UTF8 + data if self.bom else data
 
 
-def decode_source(raw: bytes, name: str) -> tuple[str, str, bool]:
+def decode_source(raw: bytes) -> tuple[str, str, bool]:
     """Python's own rules: a BOM or a coding cookie, else UTF-8. Newlines are kept as they are."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as error:
-        raise SourceDecodeError(f"{name}: {error}") from None
+        raise SourceDecodeError(f"{error}; a coding comment such as `# -*- coding: latin-1 -*-` on one of the "
+                                "first two lines must name the file's real encoding") from None
     bom = encoding == "utf-8-sig"
     if bom:
         raw = raw[len(codecs.BOM_UTF8):]
         encoding = "utf-8"
     try:
         text = raw.decode(encoding)
-    except (UnicodeDecodeError, LookupError) as error:
-        raise SourceDecodeError(f"{name}: not valid {encoding} text ({error.__class__.__name__}: {error})") from None
+    except UnicodeDecodeError as error:
+        raise SourceDecodeError(f"not valid {encoding} text (byte {raw[error.start:error.start + 1]!r} at offset "
+                                f"{error.start}); if it is text in another encoding, declare it with a coding "
+                                "comment such as `# -*- coding: latin-1 -*-`") from None
+    except LookupError as error:
+        raise SourceDecodeError(f"{error}; fix or remove the coding comment") from None
     if "\x00" in text:
-        raise SourceDecodeError(f"{name}: contains NUL bytes; is it a binary file?")
+        raise SourceDecodeError("it contains NUL bytes, so it is not Python source (a binary file?); exclude it")
     return text, encoding, bom
 
 
@@ -68,7 +73,7 @@ def read_source(path: Path) -> SourceFile:
         raise SourceReadError(f"{path}: permission denied") from None
     except OSError as error:
         raise SourceReadError(f"{path}: cannot read ({error.strerror or error})") from None
-    text, encoding, bom = decode_source(raw, str(path))
+    text, encoding, bom = decode_source(raw)
     return SourceFile(path, raw, text, encoding, bom)
 
 
@@ -84,6 +89,9 @@ def write_source(original: SourceFile, text: str) -> None:
         if path.read_bytes() != original.raw:
             raise WriteError(f"{path}: changed on disk while torchlint was working; not overwritten, run again")
         mode = path.stat().st_mode & 0o7777
+        # the write replaces the file through its folder, which a read-only file would not stop
+        if not mode & 0o222 or not os.access(path, os.W_OK):
+            raise WriteError(f"{path}: the file is read-only; not fixed (make it writable to fix it)")
     except OSError as error:
         raise WriteError(f"{path}: cannot check the file before writing ({error.strerror or error})") from None
     target = path.resolve()  # write through a symlink, not over it

@@ -269,21 +269,6 @@ def is_eval_call(node: cst.CSTNode) -> bool:
     return method_call(node, "eval") is not None and not node.args
 
 
-class _EvalCallFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if is_eval_call(node) or (method_call(node, "train") and node.args and is_literal(node.args[0].value, False)):
-            self.found = True
-
-
-def contains_eval_call(node: cst.CSTNode) -> bool:
-    finder = _EvalCallFinder()
-    node.visit(finder)
-    return finder.found
-
-
 # --- rewriting calls (for fixes) --------------------------------------------------------------
 
 
@@ -379,14 +364,19 @@ def dataloader_argument(call: cst.Call, name: str) -> cst.Arg | None:
     return argument(call, name, index)
 
 
-def iterated_name(loop: cst.For, imports: ImportMap) -> str | None:
-    """The dotted name a for loop iterates, through ``enumerate``/``tqdm``/``iter`` wrappers:
+def iterated_value(loop: cst.For, imports: ImportMap) -> cst.BaseExpression:
+    """What a for loop iterates, inside ``enumerate``/``tqdm``/``iter`` wrappers:
     ``for i, (x, y) in enumerate(tqdm(train_loader))`` -> ``train_loader``."""
     expr = loop.iter
     while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star \
             and (dotted_name(expr.func) in ITERATION_WRAPPERS or imports.qualified_name(expr.func) in ITERATION_WRAPPERS):
         expr = expr.args[0].value
-    return dotted_name(expr)
+    return expr
+
+
+def iterated_name(loop: cst.For, imports: ImportMap) -> str | None:
+    """The dotted name a for loop iterates (see ``iterated_value``), if it is one."""
+    return dotted_name(iterated_value(loop, imports))
 
 
 def assigned_names(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
@@ -571,6 +561,20 @@ OPTIMIZER_NAME = re.compile(r"^(opt|optim|optimizer|optimiser)(_\w+)?$|_(opt|opt
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 
 
+CONVOLUTIONS = {f"torch.nn.{module}{kind}{dim}d": dim for module in ("", "modules.conv.")
+                for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose") for dim in (1, 2, 3)}
+
+
+def convolution_dimension(qualified: str | None) -> int | None:
+    """1, 2 or 3 for ``nn.Conv1d``/``Conv2d``/``Conv3d`` and their transposed and lazy forms; 2
+    for a ``torchvision.models`` network (image models: 2-D convolutions); else None."""
+    if qualified is None:
+        return None
+    if qualified.startswith("torchvision.models."):
+        return 2
+    return CONVOLUTIONS.get(qualified)
+
+
 def mentions_cuda(source: str) -> bool:
     """The file names CUDA somewhere (``.cuda()``, ``"cuda"``, ``torch.cuda.is_available()``): a
     script that never does runs on the CPU, where CUDA-only advice does not apply."""
@@ -635,16 +639,29 @@ def statement_targets(statement: cst.CSTNode) -> set[str] | None:
 def computation_run(body: Sequence[cst.CSTNode], end: int, names: set[str]) -> int:
     """The start of the run of assignment lines right before ``body[end]`` that compute ``names``
     (the forward pass and loss before a backward): walking up, each line must assign a name that
-    a later line of the run (or ``names``) reads. Returns ``end`` when there is none."""
+    a later line of the run (or ``names``) reads. ``optimizer.zero_grad()`` lines right before
+    ``body[end]`` are passed over (the PyTorch examples put it there) and end up inside the run,
+    where they are harmless. Returns ``end`` when there is none."""
     needed = set(names)
     start = end
-    while start > 0:
-        targets = statement_targets(body[start - 1])
+    position = end
+    while position > 0:
+        statement = body[position - 1]
+        if start == end and _is_zero_grad_line(statement):
+            position -= 1
+            continue
+        targets = statement_targets(statement)
         if not targets or not targets & needed:
             break
-        needed |= names_in(body[start - 1])
-        start -= 1
+        needed |= names_in(statement)
+        position -= 1
+        start = position
     return start
+
+
+def _is_zero_grad_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Expr) and method_call(statement.body[0].value, "zero_grad") is not None
 
 
 def binding_counts(module: cst.Module) -> dict[str, int]:
@@ -793,6 +810,14 @@ def amp_constructor(old: str, target: tuple[int, ...], torch_name: str, keywords
 COMPATIBILITY_ERRORS = IMPORT_ERRORS | {"AttributeError", "TypeError", "NameError"}
 # An `if` test that picks code by library version or by whether an attribute exists.
 VERSION_TEST = re.compile(r"version|VERSION|_GREATER|_LESS|_AT_LEAST|_OLDER|_NEWER|\bhasattr\(")
+
+
+def ends_in_exit(block: cst.BaseSuite) -> bool:
+    """Does the block end with ``return`` or ``raise`` (so what follows it is the other branch)?"""
+    last = block.body[-1] if block.body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, (cst.Return, cst.Raise))
 
 
 def catches_compatibility_error(handler: cst.ExceptHandler) -> bool:
@@ -1070,3 +1095,31 @@ def scope_names(scope: cst.CSTNode) -> tuple[dict[str, list[cst.BaseExpression |
             if isinstance(param, cst.Param):
                 finder._bind(param.name, None)
     return finder.assigned, finder.references
+
+# The last part of a name that holds a model (``model``, ``self.net``, ``text_encoder``) or a
+# loader of batches (``train_loader``, ``val_dataloader``, ``batches``).
+MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|teacher|student)$",
+                        re.IGNORECASE)
+LOADER_NAME = re.compile(r"(^|_)(loader|dataloader|dl|batches|dataset|ds)$", re.IGNORECASE)
+
+
+def calls_model(node: cst.CSTNode) -> bool:
+    """Does the subtree call something named like a model (``model(x)``, ``self.net(x)``)?"""
+    finder = _ModelCalls()
+    node.visit(finder)
+    return finder.found
+
+
+class _ModelCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward" \
+            else node.func
+        name = dotted_name(func)
+        if name is not None and MODEL_NAME.search(name.rsplit(".", 1)[-1]):
+            self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False

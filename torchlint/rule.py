@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -80,6 +81,15 @@ def version_matches(spec: str, version: tuple[int, ...]) -> bool:
         else:
             raise ValueError(f"bad version specifier: {clause!r}")
     return True
+
+
+@dataclass(frozen=True)
+class MixedPrecisionStep:
+    """What ``RuleContext.mixed_precision_step`` found and the edits it proposes."""
+
+    edits: tuple[NodeEdit, ...]
+    optimizer: str  # the code of the optimizer that the step statement steps
+    clip: cst.SimpleStatementLine | None  # the gradient-clipping statement between backward and step
 
 
 class Rule:
@@ -451,6 +461,27 @@ class RuleContext:
         raise ValueError("block_indentation: the block is not an ancestor of the current node")
 
     @property
+    def definitions(self) -> dict[str, list[cst.FunctionDef | cst.ClassDef]]:
+        """Every function and class the file defines (nested ones too), by name, in file order."""
+        if not hasattr(self, "_definitions"):
+            found: dict[str, list[cst.FunctionDef | cst.ClassDef]] = {}
+
+            class Definitions(cst.CSTVisitor):
+                def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+                    found.setdefault(node.name.value, []).append(node)
+
+                def visit_ClassDef(self, node: cst.ClassDef) -> None:
+                    found.setdefault(node.name.value, []).append(node)
+
+            self.module.visit(Definitions())
+            self._definitions = found
+        return self._definitions
+
+    def defined(self, name: str | None, kind: type = cst.CSTNode) -> list:
+        """The file's functions or classes (``kind``) named ``name``."""
+        return [node for node in self.definitions.get(name or "", []) if isinstance(node, kind)]
+
+    @property
     def lightning_modules(self) -> frozenset[str]:
         """Names of the file's LightningModule classes (through imports and in-file subclasses)."""
         if not hasattr(self, "_lightning_modules"):
@@ -548,12 +579,17 @@ class RuleContext:
         ``AttributeError`` / ``TypeError`` handler (the fallback when a newer spelling failed), or a
         branch of an ``if`` or conditional expression that tests a version or whether an attribute
         exists (``torch.amp.GradScaler(...) if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()``).
-        Rewriting such code to the newer spelling removes the support it is there for."""
+        Rewriting such code to the newer spelling removes the support it is there for. Code after
+        such an ``if`` whose branch returns or raises is the other branch, written without ``else``."""
         for parent, child in zip(self.ancestors, self.ancestors[1:]):
             if isinstance(parent, cst.ExceptHandler) and matching.catches_compatibility_error(parent):
                 return True
             if isinstance(parent, (cst.If, cst.IfExp)) and child is not parent.test \
                     and matching.VERSION_TEST.search(self.code_for(parent.test)):
+                return True
+            if isinstance(parent, cst.IndentedBlock) and child in parent.body and any(
+                    isinstance(earlier, cst.If) and matching.VERSION_TEST.search(self.code_for(earlier.test))
+                    and matching.ends_in_exit(earlier.body) for earlier in parent.body[:parent.body.index(child)]):
                 return True
         return False
 
@@ -578,6 +614,31 @@ class RuleContext:
             self._training_loops = found
         return self._training_loops
 
+    @property
+    def convolution_dimensions(self) -> frozenset[int]:
+        """The dimensions of the convolutions the file builds (see matching.convolution_dimension)."""
+        if not hasattr(self, "_convolution_dimensions"):
+            found: set[int] = set()
+            imports = self.imports
+
+            class Convolutions(cst.CSTVisitor):
+                def visit_Call(self, node: cst.Call) -> None:
+                    dimension = matching.convolution_dimension(imports.qualified_name(node.func))
+                    if dimension is not None:
+                        found.add(dimension)
+
+            self.module.visit(Convolutions())
+            self._convolution_dimensions = frozenset(found)
+        return self._convolution_dimensions
+
+    def cuda_training_script(self) -> cst.CSTNode | None:
+        """The first training loop of a script (see ``is_script``) that names CUDA: where rules
+        about a whole training run (its precision, its process-wide settings) report."""
+        loops = self.training_loops
+        if loops and self.is_script and matching.mentions_cuda(self.source):
+            return loops[0]
+        return None
+
     def module_setting(self, template: str) -> NodeEdit | None:
         """The edit that adds a process-wide setting after the module's imports (before the first
         function, class or loop): ``template`` is the statement with ``{torch}`` where the
@@ -593,6 +654,92 @@ class RuleContext:
         if reference is None or reference[1] is not None:
             return None
         return NodeEdit(anchor, template.format(torch=reference[0]) + "\n", "line_after")
+
+    @property
+    def is_script(self) -> bool:
+        """The file is run as a program: it has an ``if __name__ == "__main__":`` block or a
+        training loop outside any function. Process-wide settings (``cudnn.benchmark``, the matmul
+        precision) belong in such entry points, not in library modules or test helpers that other
+        code imports."""
+        if not hasattr(self, "_is_script"):
+            def top_level(statements) -> bool:
+                for statement in statements:
+                    if matching.is_main_guard(statement):
+                        return True
+                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                        continue
+                    if isinstance(statement, matching.LOOPS) and self.backpropagated_names(statement) is not None:
+                        return True
+                    for attr in ("body", "orelse", "finalbody"):
+                        child = getattr(statement, attr, None)
+                        if isinstance(child, cst.IndentedBlock) and top_level(child.body):
+                            return True
+                        if isinstance(child, cst.Else) and top_level(child.body.body):
+                            return True
+                        if isinstance(child, cst.If) and top_level([child]):
+                            return True
+                return False
+
+            self._is_script = top_level(self.module.body)
+        return self._is_script
+
+    def mixed_precision_step(self, block: cst.IndentedBlock, index: int, loss_names: set[str], scaler: str,
+                             autocast: str, optimizer: str | None = None) -> MixedPrecisionStep | None:
+        """Edits that turn one float32 training step of ``block`` (an ancestor of the current
+        node) into a mixed-precision one. ``block.body[index]`` runs the backward pass (the caller
+        rewrites that statement). The assignment lines right before it that compute
+        ``loss_names`` move under ``with <autocast>:``; the first ``optimizer.step()`` after it in
+        the block becomes ``scaler.step(optimizer)`` and ``scaler.update()``; a gradient-clipping
+        statement in between gets ``scaler.unscale_(optimizer)`` before it. None when the step
+        does not have that shape: no forward lines right before the backward, no optimizer step
+        in the same block (``optimizer`` names it, else any name ``is_optimizer`` accepts), or
+        code in between that reads ``.grad`` or clips inside a nested block."""
+        body = block.body
+        start = matching.computation_run(body, index, loss_names)
+        if start == index:
+            return None
+        step = None
+        for position in range(index + 1, len(body)):
+            call = _bare_call(body[position])
+            target = matching.method_call(call, "step") if call is not None and not call.args else None
+            if target is not None and (self.code_for(target.value) == optimizer if optimizer is not None
+                                       else self.is_optimizer(target.value)):
+                step = position
+                break
+        if step is None:
+            return None
+        clip = None
+        for statement in body[index + 1:step]:
+            finder = _StepReader(self.imports)
+            statement.visit(finder)
+            if finder.reads_grad or (finder.clips and not isinstance(statement, cst.SimpleStatementLine)):
+                return None
+            if finder.clips and clip is None:
+                clip = statement
+        indent = self.block_indentation(block)
+        unit = self.module.default_indent
+        step_call = _bare_call(body[step])
+        optimizer = self.code_for(step_call.func.value)
+        edits = []
+        for position in range(start, index):
+            statement = body[position]
+            code = self.statement_code(statement, block, unit)
+            if position == start:
+                edits.append(NodeEdit(statement, f"with {autocast}:\n{indent}{unit}{code}"))
+            else:
+                edits += [NodeEdit(statement, unit, "line_before"), NodeEdit(statement, code)]
+        edits.append(NodeEdit(step_call, f"{scaler}.step({optimizer})"))
+        edits.append(NodeEdit(body[step], f"{indent}{scaler}.update()\n", "line_after"))
+        if clip is not None:
+            edits.append(NodeEdit(clip, f"{indent}{scaler}.unscale_({optimizer})\n", "line_before"))
+        return MixedPrecisionStep(tuple(edits), optimizer, clip)
+
+    def unused_name(self, *candidates: str) -> str | None:
+        """The first of ``candidates`` that nothing in the file binds or mentions."""
+        for name in candidates:
+            if name not in self.binding_counts and not re.search(rf"(?<![\w.]){re.escape(name)}\b", self.source):
+                return name
+        return None
 
     def is_optimizer(self, expr: cst.BaseExpression) -> bool:
         """A name bound to a ``torch.optim`` optimizer in this file, or named like one
@@ -706,6 +853,29 @@ class RuleContext:
             self._nested[id(loop)] = found
         return self._nested[id(loop)]
 
+    def in_test_code(self) -> bool:
+        """In a test: a file named ``test_*.py``/``*_test.py``/``conftest.py`` or under a
+        ``tests``/``testing`` folder, a ``test_*`` function, or a method of a ``Test*``/``*Test``/
+        ``TestCase`` class. Performance advice does not apply there."""
+        path = Path(self.path)
+        root = getattr(self.settings, "root", None)
+        try:  # folders above the project root say nothing (a checkout in ~/test/)
+            path = path.resolve().relative_to(Path(root).resolve()) if root is not None else path
+        except (ValueError, OSError):
+            pass
+        parts = path.as_posix().split("/")
+        name = parts[-1]
+        if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
+                or any(part in ("tests", "test", "testing") for part in parts[:-1]):
+            return True
+        for node in self.ancestors:
+            if isinstance(node, cst.FunctionDef) and node.name.value.startswith("test_"):
+                return True
+            if isinstance(node, cst.ClassDef) and (node.name.value.startswith("Test") or node.name.value.endswith(
+                    ("Test", "Tests", "TestCase"))):
+                return True
+        return False
+
     @property
     def module_classes(self) -> frozenset[str]:
         """Names of the file's ``torch.nn`` module classes (LightningModules included)."""
@@ -790,6 +960,31 @@ def _mark_end(statement: cst.CSTNode) -> cst.CSTNode:
     marked = last.with_changes(body=small, trailing_whitespace=cst.TrailingWhitespace(
         whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(_END_MARK)))
     return marked if last is statement else statement.deep_replace(last, marked)
+
+
+def _bare_call(statement: cst.CSTNode) -> cst.Call | None:
+    """The call of a statement line that is nothing but one call (``optimizer.step()``)."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call):
+        return statement.body[0].value
+    return None
+
+
+class _StepReader(cst.CSTVisitor):
+    """Between backward and step: does the code read ``.grad`` or clip gradients?"""
+
+    def __init__(self, imports: matching.ImportMap):
+        self.imports = imports
+        self.reads_grad = False
+        self.clips = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "grad":
+            self.reads_grad = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.imports.qualified_name(node.func) in matching.CLIP_GRAD_FUNCTIONS:
+            self.clips = True
 
 
 # --- discovery ---------------------------------------------------------------------------------

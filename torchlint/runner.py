@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import json
 import os
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,10 @@ def check_file(path: Path, settings, options: Options) -> FileResult:
         return FileResult(shown, "", error=str(error))
     except SourceDecodeError as error:
         return FileResult(shown, "", [syntax_error(shown, f"cannot decode the file: {error}")])
-    result = check_text(source_file.text, shown, settings, options, raw=source_file.raw)
+    try:
+        result = check_text(source_file.text, shown, settings, options, raw=source_file.raw)
+    except Exception as error:  # noqa: BLE001 - a bug met on one file must neither stop the others nor touch it
+        return FileResult(shown, source_file.text, error=_internal_error(shown, error))
     if options.fix and not options.diff and result.fixed:
         try:
             write_source(source_file, result.source)
@@ -132,6 +136,13 @@ def check_file(path: Path, settings, options: Options) -> FileResult:
             result = check_text(source_file.text, shown, settings, Options())
             result.error = str(error)
     return result
+
+
+def _internal_error(path: str, error: Exception) -> str:
+    if os.environ.get("TORCHLINT_DEBUG"):
+        traceback.print_exc()
+    return (f"{path}: internal error ({error.__class__.__name__}: {error}); the file was left as it was. "
+            "Please report it (set TORCHLINT_DEBUG=1 for the traceback)")
 
 
 # Below this many files a process pool costs more (start-up, imports) than it saves.

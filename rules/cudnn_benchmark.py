@@ -1,0 +1,86 @@
+"""
+## What it does
+
+Finds training scripts with a convolutional model (`nn.Conv1d`/`Conv2d`/`Conv3d`, their
+transposed and lazy forms, or a `torchvision.models` network) that train on CUDA and never set
+`torch.backends.cudnn.benchmark`. It reports once per script (a file with an `if __name__ ==
+"__main__":` block or a training loop outside any function; a module that other code imports
+should not change process-wide settings), on its first training loop (a loop that calls
+`backward()`).
+
+## Why is it slow
+
+For each convolution, cuDNN has several algorithms whose speed depends on the shapes, the layout
+and the GPU. By default PyTorch picks one with a heuristic. With `cudnn.benchmark = True`, the
+first call for each new input shape times the candidates and caches the fastest, and every later
+call with that shape uses it. The PyTorch tuning guide recommends it for convolutional networks;
+the gain is often several percent to tens of percent of the step time.
+
+## Example
+
+```python
+import torch
+
+model = torchvision.models.resnet50().cuda()
+for images, labels in loader:
+    ...
+```
+
+## Use instead
+
+```python
+import torch
+torch.backends.cudnn.benchmark = True
+```
+
+## Fix safety
+
+Unsafe: the chosen algorithms may differ from run to run (timing noise), so results are no longer
+bitwise reproducible, and each new input shape pays a benchmarking pass, which makes inputs whose
+shape changes every batch (variable-length sequences, multi-scale training) slower, not faster.
+The rule stays silent when the file mentions `cudnn.benchmark` or `cudnn.deterministic` at all, or
+calls `torch.use_deterministic_algorithms`, and when it shows signs of inputs of varying shape
+(`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
+training). Models defined in another module than the training loop are not seen. The fix adds the
+setting after the script's imports, when it imports `torch` at the top.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-cudnn-auto-tuner
+- https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark
+- https://pytorch.org/docs/stable/notes/randomness.html#cuda-convolution-benchmarking
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.rule import Rule
+
+ALREADY_DECIDED = ("cudnn.benchmark", "cudnn.deterministic", "use_deterministic_algorithms")
+VARIABLE_SHAPES = re.compile(r"pad_sequence|pack_padded_sequence|PackedSequence|collate_fn|multi_?scale|"
+                             r"random_?size|RandomResize\b|varlen", re.IGNORECASE)
+
+
+class CudnnBenchmark(Rule):
+    code = "TL402"
+    name = "cudnn-benchmark"
+    kind = "performance"
+    summary = "Convolutional CUDA training without `torch.backends.cudnn.benchmark = True`"
+    fix_applicability = "unsafe"
+    triggers = ("Conv", "torchvision")
+    scope = "file"  # reads the whole module: its training loops, wherever they are
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        source = self.ctx.source
+        loop = self.ctx.cuda_training_script()
+        if loop is None or any(text in source for text in ALREADY_DECIDED) or VARIABLE_SHAPES.search(source) \
+                or not self.ctx.convolution_dimensions:
+            return
+        edit = self.ctx.module_setting("{torch}.backends.cudnn.benchmark = True")
+        self.report(loop,
+                    "this convolutional network trains with cuDNN's default algorithm choice; add "
+                    "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape",
+                    self.fix("Enable the cuDNN auto-tuner", edit) if edit else None)

@@ -1,0 +1,233 @@
+"""
+## What it does
+
+Finds a `torch.utils.data.DataLoader` (under any import alias) that loads its batches in the
+training process: no `num_workers` argument (keyword, or the sixth positional argument), or
+`num_workers=0`.
+
+## Why is it slow
+
+With `num_workers=0` the training process reads, decodes, augments and collates every sample
+itself, one batch after the other, and the GPU waits while it does. Worker processes prepare the
+next batches in parallel with the training step, so loading overlaps with compute. The PyTorch
+tuning guide lists this first ("enable async data loading and augmentation"); its MNIST example
+trains several times faster with workers, and Lightning warns at run time about every loader with
+`num_workers <= min(2, os.cpu_count())`.
+
+## Example
+
+```python
+loader = DataLoader(dataset, batch_size=64, shuffle=True)
+```
+
+## Use instead
+
+```python
+import os
+
+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=min(8, os.cpu_count() or 1))
+```
+then tune the number: raise it until the step time stops falling. Each worker holds a copy of
+the dataset object and every DDP process starts its own workers, so more is not always better.
+
+## Fix safety
+
+Unsafe. The fix writes `num_workers=min(8, os.cpu_count() or 1)`: one worker per CPU core up to
+eight, a start that suits most machines without flooding a large server (and `import os` after the
+file's last top-level import when the file lacks it). It changes how the program runs:
+
+- workers are separate processes: the dataset, `collate_fn` and `worker_init_fn` must be
+  picklable, global state changed in the main process is not seen by workers, and random
+  augmentations draw from per-worker generators, so the batches differ from a run without workers;
+- each worker uses memory, and containers with a small `/dev/shm` crash with "bus error";
+- where workers are started with spawn or forkserver (macOS, Windows, Linux from Python 3.14), each
+  worker re-imports the main script. The fix is therefore withheld in a script that runs code at
+  import time without an `if __name__ == "__main__":` guard (and in notebooks), where each worker
+  would start the training again.
+
+The rule stays silent where workers do not help or would be wrong: a `TensorDataset`, a list, a
+dataset class of the file whose `__getitem__` calls nothing (it only indexes data already in
+memory, which costs less than sending the batches between processes) or a function of the file
+that returns one of these, an
+`IterableDataset` defined in the file that does not split its stream with `get_worker_info()`
+(every worker would yield every sample), and a call with `*args`/`**kwargs` that may carry
+`num_workers`.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation
+- https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading
+- https://pytorch.org/docs/stable/data.html#torch.utils.data.get_worker_info
+- https://lightning.ai/docs/pytorch/stable/advanced/speed.html#dataloaders
+- https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, dataloader_argument,
+                                dotted_name, has_star_args, is_dataloader_call, is_literal, is_main_guard, names_in,
+                                parse_expression, replace_arg_value, set_keyword)
+from torchlint.rule import Rule
+
+WORKERS = "min(8, {os}.cpu_count() or 1)"
+IN_MEMORY_BUILDERS = frozenset({"list", "tuple", "range", "zip"})
+# Top-level statements that run nothing of the script when a worker re-imports it.
+DEFINITIONS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Pass)
+
+
+class DataloaderNumWorkers(Rule):
+    code = "TL601"
+    name = "dataloader-num-workers"
+    kind = "performance"
+    summary = "`DataLoader` without `num_workers`: every batch is loaded in the training process"
+    fix_applicability = "unsafe"
+    triggers = ("DataLoader",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node):
+            return
+        workers = dataloader_argument(node, "num_workers")
+        if workers is not None and not is_literal(workers.value, 0):
+            return
+        dataset = dataloader_argument(node, "dataset")
+        if dataset is None or self._workers_do_not_help(dataset.value):
+            return
+        loads = "`DataLoader(..., num_workers=0)`" if workers is not None else "`DataLoader` without `num_workers`"
+        self.report(node, f"{loads} loads every batch in the training process while the GPU waits; "
+                          "pass `num_workers=min(8, os.cpu_count() or 1)` and tune it", self._fix(node, workers))
+
+    def _workers_do_not_help(self, dataset: cst.BaseExpression) -> bool:
+        """An in-memory dataset, or an iterable dataset of this file that every worker would
+        replay in full (when the dataset's origin is unknown and the file has such a class, the
+        rule stays silent too)."""
+        value = self.ctx.binding_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
+        if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
+            return True
+        if isinstance(value, cst.Call):
+            return self._in_memory(value) or dotted_name(value.func) in self._unsharded_iterable_classes()
+        return bool(self._unsharded_iterable_classes())
+
+    def _in_memory(self, call: cst.Call, depth: int = 1) -> bool:
+        """``TensorDataset(...)``, ``list(...)``, a class of the file that only indexes memory, or
+        a function of the file that returns one of those (``make_dataset(...)``)."""
+        name = dotted_name(call.func)
+        if self.ctx.qualified_name(call.func) in IN_MEMORY_DATASETS or name in IN_MEMORY_BUILDERS \
+                or name in self._indexing_classes():
+            return True
+        functions = self.ctx.defined(name, cst.FunctionDef)
+        if len(functions) != 1 or depth == 0:
+            return False
+        returned = [r.value for r in _returns(functions[0])]
+        return bool(returned) and all(isinstance(v, cst.Call) and self._in_memory(v, depth - 1) for v in returned)
+
+    def _indexing_classes(self) -> set[str]:
+        """Classes of this file whose ``__getitem__`` calls nothing: it only indexes or slices data
+        the dataset already holds in memory (``return self.data[index]``)."""
+        if not hasattr(self, "_indexing"):
+            self._indexing = set()
+            for nodes in self.ctx.definitions.values():
+                for node in (n for n in nodes if isinstance(n, cst.ClassDef)):
+                    for item in node.body.body:
+                        if isinstance(item, cst.FunctionDef) and item.name.value == "__getitem__" \
+                                and not _calls_any(item.body, None):
+                            self._indexing.add(node.name.value)
+        return self._indexing
+
+    def _unsharded_iterable_classes(self) -> set[str]:
+        """Classes of this file deriving from IterableDataset that never call get_worker_info()."""
+        if not hasattr(self, "_unsharded"):
+            classes = [n for nodes in self.ctx.definitions.values() for n in nodes if isinstance(n, cst.ClassDef)]
+            iterable: dict[str, cst.ClassDef] = {}
+            changed = True
+            while changed:
+                changed = False
+                for node in classes:
+                    if node.name.value not in iterable and any(
+                            self.ctx.qualified_name(b.value) in ITERABLE_DATASETS or dotted_name(b.value) in iterable
+                            for b in node.bases):
+                        iterable[node.name.value] = node
+                        changed = True
+            self._unsharded = {name for name, node in iterable.items()
+                               if "get_worker_info" not in names_in(node)}
+        return self._unsharded
+
+    def _fix(self, node: cst.Call, workers: cst.Arg | None):
+        if not self._safe_to_reimport() or self.ctx.path.endswith(".ipynb"):
+            return None
+        reference = self.ctx.import_reference("os")
+        if reference is None:
+            return None
+        os_name, import_edit = reference
+        value = parse_expression(WORKERS.format(os=os_name))
+        new = replace_arg_value(node, workers, value) if workers is not None else set_keyword(node, "num_workers", value)
+        edits = [self.replace(node, new)] + ([import_edit] if import_edit else [])
+        return self.fix("Load batches in worker processes (`num_workers=min(8, os.cpu_count() or 1)`)", *edits)
+
+    def _safe_to_reimport(self) -> bool:
+        """Would a worker started by spawn/forkserver, which re-imports the main script, run
+        nothing but definitions? True with a `__main__` guard, or when the top level only
+        imports, defines and assigns values that call nothing defined in the file."""
+        body = self.ctx.module.body
+        if any(is_main_guard(statement) for statement in body):
+            return True
+        defined = {s.name.value for s in body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+        return all(_runs_nothing(statement, defined) for statement in body)
+
+
+def _runs_nothing(statement: cst.CSTNode, defined: set[str]) -> bool:
+    """Does a top-level statement only import, define or assign (calling nothing defined in the
+    file)? `if`/`try` blocks count when everything in them does (`try: import x`)."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        return all(_small_runs_nothing(small, defined) for small in statement.body)
+    if isinstance(statement, cst.If):
+        parts = [statement.body, statement.orelse]
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        parts = [statement.body, *statement.handlers, statement.orelse, statement.finalbody]
+    elif isinstance(statement, (cst.IndentedBlock, cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler)):
+        parts = list(statement.body) if isinstance(statement, cst.IndentedBlock) else [statement.body]
+    else:
+        return False  # for, while, with at the top level run the script
+    return all(part is None or _runs_nothing(part, defined) for part in parts)
+
+
+def _small_runs_nothing(small: cst.BaseSmallStatement, defined: set[str]) -> bool:
+    if isinstance(small, DEFINITIONS):
+        return True
+    if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+        return True  # a docstring
+    return isinstance(small, (cst.Assign, cst.AnnAssign)) and not _calls_any(small, defined)
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, names: set[str] | None):
+        self.names = names
+        self.found = False
+
+    def visit_Call(self, call: cst.Call) -> None:
+        if self.names is None or (dotted_name(call.func) or "").split(".")[0] in self.names:
+            self.found = True
+
+
+def _calls_any(node: cst.CSTNode, names: set[str] | None) -> bool:
+    """Does the subtree call one of ``names`` (any function, for None)?"""
+    finder = _CallFinder(names)
+    node.visit(finder)
+    return finder.found
+
+
+def _returns(function: cst.FunctionDef) -> list[cst.Return]:
+    found: list[cst.Return] = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # not the returns of nested functions
+
+    function.visit(Returns())
+    return found

@@ -1,0 +1,169 @@
+"""
+## What it does
+
+Finds debugging and profiling switches left on in training code:
+`torch.autograd.set_detect_anomaly(True)`, `with torch.autograd.detect_anomaly():`, and profilers
+wrapped around training (`torch.autograd.profiler.profile`, `emit_nvtx`, `emit_itt`, and
+`torch.profiler.profile` without a `schedule`).
+
+## Why is it slow
+
+Anomaly detection records a Python stack trace for every operation of the forward pass and checks
+every gradient of the backward pass for NaN, which synchronizes with the GPU; PyTorch's tuning
+guide says to turn it off for regular training because it slows training down considerably. A
+profiler records every operator (and `emit_nvtx`/`emit_itt` push a range around each one) for as
+long as it is active; without a schedule that is the whole run.
+
+## Example
+
+```python
+torch.autograd.set_detect_anomaly(True)
+
+with torch.autograd.profiler.profile():
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+```
+
+## Use instead
+
+```python
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+```
+Turn them on only while debugging (`if args.detect_anomaly:`), or give `torch.profiler.profile` a
+`schedule` that profiles a few steps.
+
+## Fix safety
+
+Safe where the fix is given: a `set_detect_anomaly(True)` statement is deleted, and a `with` block
+of `detect_anomaly()`, `set_detect_anomaly(True)` or a profiler whose result is not kept (no `as`
+name) is unwrapped, its body kept at the outer indentation (or only that item is dropped when the
+`with` has others). A run that trains without NaN computes the same values either way; the only
+difference is that a NaN in the backward pass no longer stops it with an error. No fix for a
+profiler bound with `as` (the code that reads its results must go too; remove both by hand). The
+rule does not fire for switches under an `if` (a debug flag) other than `if __name__ ==
+"__main__":`, with a non-literal argument (`set_detect_anomaly(args.debug)`, `enabled=flag`),
+inside a `try` block that handles errors (it relies on anomaly errors), in tests, or
+(for profilers, and for anomaly detection inside a function) away from any backward pass.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#disable-debugging-apis
+- https://pytorch.org/docs/stable/autograd.html#anomaly-detection
+- https://pytorch.org/docs/stable/autograd.html#profiler
+- https://pytorch.org/docs/stable/profiler.html
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import argument, dotted_name, is_literal, is_main_guard, keyword_arg, positional_args
+from torchlint.rule import Rule
+
+ANOMALY_SWITCH = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})
+ANOMALY_CONTEXT = frozenset({"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"})
+PROFILERS = frozenset({
+    "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx", "torch.autograd.profiler.emit_itt",
+    "torch.autograd.profile", "torch.autograd.emit_nvtx", "torch.profiler.profile", "torch.profiler.profiler.profile",
+    "torch.autograd.profiler_legacy.profile",
+})
+
+
+class DebugApisLeftOn(Rule):
+    code = "TL803"
+    name = "debug-apis-left-on"
+    kind = "performance"
+    summary = "Anomaly detection or a profiler left on in training code"
+    fix_applicability = "safe"
+    triggers = ("anomaly", "profile", "emit_nvtx", "emit_itt")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.ctx.qualified_name(node.func)
+        if name not in ANOMALY_SWITCH or isinstance(self.ctx.parent, cst.WithItem):
+            return
+        if not self._switched_on(node, name) or not self._left_on():
+            return
+        if self.ctx.enclosing_function() is not None and not self._near_backward(self.ctx.enclosing_function().body):
+            return
+        fix = None
+        statement = self.ctx.ancestors[-3] if len(self.ctx.ancestors) > 2 else None
+        if isinstance(self.ctx.parent, cst.Expr) and isinstance(statement, cst.SimpleStatementLine):
+            edit = self.ctx.removal_edit(statement)
+            fix = self.fix("Remove the call", edit) if edit else None
+        self.report(node, "`set_detect_anomaly(True)` records a stack trace for every operation and checks every "
+                          "gradient for NaN, slowing training a lot; remove it (or enable it behind a debug flag)",
+                    fix)
+
+    def visit_With(self, node: cst.With) -> None:
+        for item in node.items:
+            call = item.item
+            name = self.ctx.qualified_name(call.func) if isinstance(call, cst.Call) else None
+            if name is None or not self._switched_on(call, name) or not self._left_on():
+                continue
+            if name in PROFILERS:
+                if keyword_arg(call, "schedule") is not None or not self._near_backward(node):
+                    continue
+                what = f"`{dotted_name(call.func)}(...)` records every operator of the training it wraps"
+            elif name in ANOMALY_CONTEXT | ANOMALY_SWITCH:
+                function = self.ctx.enclosing_function()
+                if not self._near_backward(node if function is None else function.body):
+                    continue
+                what = f"`{dotted_name(call.func)}(...)` records a stack trace for every operation and checks " \
+                       "every gradient for NaN"
+            else:
+                continue
+            if item.asname is not None:
+                self.report(item, f"{what}; remove the `with` (and the code that reads "
+                                  f"`{self.ctx.code_for(item.asname.name)}`) once done profiling")
+            else:
+                edit = self._unwrap(node, item)
+                self.report(item, f"{what}, slowing training a lot; remove the `with` and keep its body",
+                            self.fix("Remove the wrapper, keep the body", edit) if edit else None)
+
+    def _switched_on(self, call: cst.Call, name: str) -> bool:
+        """The switch is literally on: ``set_detect_anomaly(True)``; ``detect_anomaly()`` and the
+        profilers unless ``enabled=`` says otherwise (or is not a literal)."""
+        if any(a.star for a in call.args):
+            return False
+        if name in ANOMALY_SWITCH:
+            mode = argument(call, "mode", 0)
+            return mode is not None and is_literal(mode.value, True)
+        enabled = keyword_arg(call, "enabled")
+        if enabled is None and name in PROFILERS and name != "torch.profiler.profile" and positional_args(call):
+            enabled = positional_args(call)[0]  # the legacy profilers take `enabled` first
+        return enabled is None or is_literal(enabled.value, True)
+
+    def _left_on(self) -> bool:
+        """Not behind a debug flag, not relied on by an error handler, not a test."""
+        for parent, child in zip(self.ctx.ancestors, self.ctx.ancestors[1:]):
+            if isinstance(parent, (cst.If, cst.Else)) and not (isinstance(parent, cst.If) and is_main_guard(parent)):
+                return False
+            if isinstance(parent, (cst.Try, cst.TryStar)) and child is parent.body and parent.handlers:
+                return False
+            if isinstance(parent, cst.IfExp):
+                return False
+        return not self.ctx.in_test_code()
+
+    def _near_backward(self, scope: cst.CSTNode) -> bool:
+        """Does the scope run a backward pass (a training loop, a Lightning fit)?"""
+        if self.ctx.backpropagated_names(scope) is not None or self.ctx.in_training_loop():
+            return True
+        code = self.ctx.code_for(scope)
+        return ".fit(" in code or "training_step" in code
+
+    def _unwrap(self, node: cst.With, item: cst.WithItem):
+        items = [i for i in node.items if i is not item]
+        if items:
+            items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return self.ctx.statement_edit(node, [node.with_changes(items=items, leading_lines=[])])
+        body = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else None
+        if body is None:
+            return None
+        header = node.body.header
+        if header.comment is not None:  # `with detect_anomaly():  # why` keeps its comment above the body
+            body[0] = body[0].with_changes(leading_lines=[
+                cst.EmptyLine(comment=header.comment), *body[0].leading_lines])
+        return self.ctx.statement_edit(node, body)

@@ -1,0 +1,129 @@
+"""
+## What it does
+
+Finds a tensor sent to the CPU and straight back to an accelerator: `x.cpu().cuda()`,
+`x.to("cpu").to(device)`, `x.cpu().float().cuda()` (with only device-neutral methods such as
+`detach`, `float` or `contiguous` in between), and the same two moves on consecutive lines
+(`x = x.cpu()` then `x = x.cuda()`).
+
+## Why is it slow
+
+Each move is a copy over PCIe, and a copy to the CPU also makes the host wait until the GPU has
+finished everything queued before it. The round trip costs two transfers and a synchronization and
+leaves the tensor where it was, or on the device it could have been copied to directly. PyTorch's
+tuning guide lists avoidable CPU-GPU copies and synchronizations among the first things to remove;
+the Lightning-fast guide calls `x.cpu()` followed by `x.cuda(0)` "very expensive".
+
+## Example
+
+```python
+features = encoder(images).cpu().cuda()
+mask = torch.zeros(n).cpu().to(device)
+```
+
+## Use instead
+
+```python
+features = encoder(images).cuda()
+mask = torch.zeros(n).to(device)  # then TL201: torch.zeros(n, device=device)
+```
+
+## Fix safety
+
+The fix drops the move to the CPU. It is safe when the tensor that goes to the CPU is known: a
+tensor just made by a factory (`torch.zeros(...)`, `torch.tensor(...)`) or `torch.from_numpy(...)`
+(nothing else holds it, or it is already on the CPU). Otherwise it is unsafe: when the tensor is
+already on the target device, `.cuda()`/`.to()` return the tensor itself rather than a copy, so
+writing into the result in place would now also change the original. The two-line form is
+reported without a fix: delete the line that moves the tensor to the CPU.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization
+- https://pytorch.org/docs/stable/generated/torch.Tensor.to.html
+- https://pytorch.org/docs/stable/notes/cuda.html
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import dotted_name, tensor_factory
+from torchlint.rule import Rule
+
+# Methods that do the same on every device: a round trip around them is still a round trip.
+DEVICE_NEUTRAL = frozenset({
+    "detach", "contiguous", "clone", "float", "half", "double", "bfloat16", "long", "int", "bool", "view",
+    "reshape", "squeeze", "unsqueeze", "flatten", "permute", "transpose", "t",
+})
+CPU_SOURCES = frozenset({"torch.from_numpy"})
+
+
+class DeviceRoundTrip(Rule):
+    code = "TL202"
+    name = "device-round-trip"
+    kind = "performance"
+    summary = "A tensor copied to the CPU and straight back (`x.cpu().cuda()`)"
+    fix_applicability = "safe"
+    triggers = (".cpu()", "cpu\")", "cpu')")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        back = self.ctx.device_move(node)
+        if back is None or back.method == "cpu" or back.to_cpu:
+            return
+        there = self._move_to_cpu_below(node.func.value)
+        if there is None:
+            return
+        source = there.func.value
+        known = tensor_factory(source, self.ctx.imports) is not None or (
+            isinstance(source, cst.Call) and self.ctx.qualified_name(source.func) in CPU_SOURCES)
+        self.report(node, f"`{self._method_text(there)}` then `{self._method_text(node)}` copies the tensor to the "
+                          f"CPU and straight back (two transfers and a sync); drop `{self._method_text(there)}`",
+                    self.fix("Drop the move to the CPU", self.replace(there, source),
+                             applicability="safe" if known else "unsafe"))
+
+    def _method_text(self, call: cst.Call) -> str:
+        """``.to("cpu")`` for a method call, on one line."""
+        args = ", ".join((f"{a.keyword.value}=" if a.keyword else "") + self.ctx.code_for(a.value) for a in call.args)
+        return f".{call.func.attr.value}({args})"
+
+    def _move_to_cpu_below(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The ``.cpu()``/``.to("cpu")`` call under a chain of device-neutral methods, if any."""
+        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            move = self.ctx.device_move(expr)
+            if move is not None:
+                return expr if move.to_cpu and move.understood and move.dtype is None else None
+            if expr.func.attr.value not in DEVICE_NEUTRAL:
+                return None
+            expr = expr.func.value
+        return None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        """``x = x.cpu()`` right before ``x = x.cuda()``."""
+        name, move = self._self_move(node)
+        if name is None or not move.to_cpu:
+            return
+        position = self.ctx.statement_position()
+        if position is None:
+            return
+        _, body, index = position
+        if index + 1 >= len(body):
+            return
+        next_name, back = self._self_move(body[index + 1])
+        if next_name != name or back.to_cpu or back.method == "cpu":
+            return
+        self.report(node.body[0], f"`{name}` is moved to the CPU and on the next line straight back (two transfers "
+                                  f"and a sync); delete `{self.ctx.code_for(node.body[0])}`")
+
+    def _self_move(self, statement: cst.CSTNode):
+        """(name, move) for a line ``name = name.<move>(...)``."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None, None
+        small = statement.body[0]
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.value, cst.Call):
+            return None, None
+        move = self.ctx.device_move(small.value)
+        target = dotted_name(small.targets[0].target)
+        if move is None or target is None or dotted_name(small.value.func.value) != target:
+            return None, None
+        return target, move

@@ -1,0 +1,141 @@
+"""
+## What it does
+
+Finds `torch.cuda.empty_cache()` (and the `torch.mps`, `torch.xpu` and `torch.accelerator`
+versions) called on every iteration of a loop: after each batch of a training, evaluation or
+inference loop.
+
+## Why is it slow
+
+PyTorch's caching allocator keeps freed GPU memory to hand it out again without asking the
+driver. `empty_cache()` gives all unused cached blocks back, which synchronizes with the device,
+and the next iteration then allocates the same memory again through slow `cudaMalloc` calls. The
+Lightning docs and the "9 tips" guide single it out: every call makes the GPUs wait. It does not
+give your own program more memory (PyTorch's CUDA notes: the released memory only becomes
+available to other processes), so it cannot cure an out-of-memory error in the loop either.
+
+## Example
+
+```python
+for images, labels in loader:
+    loss = criterion(model(images.cuda()), labels.cuda())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch.cuda.empty_cache()
+```
+
+## Use instead
+
+Delete the call. If another process on the same GPU needs the memory, call it once, after the
+loop.
+
+## Fix safety
+
+Safe: emptying the cache never changes a value, only when memory goes back to the driver. The fix
+deletes the statement (a lone statement of a block becomes `pass`; a guard like
+`if torch.cuda.is_available():` that holds only this call goes with it). The rule only looks at
+loops over batches (a loop that calls backward, runs something named like a model, or iterates
+something named like a loader), and stays silent where the call is deliberate: in an `except`
+block (freeing memory after an out-of-memory error before a retry), under a condition that holds
+every k-th step (`if step % 100 == 0:`), once per pass of an inner loop over batches or once per
+epoch (the loop variable or iterable is named like `epoch`), in loops over models, configurations
+or benchmark candidates, and in tests.
+
+## References
+
+- https://lightning.ai/docs/pytorch/stable/advanced/speed.html#clear-cache
+- https://pytorch.org/docs/stable/notes/cuda.html#memory-management
+- https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.matching import LOADER_NAME, calls_model, dotted_name, is_periodic_test, iterated_name
+from torchlint.rule import Rule
+
+EMPTY_CACHE = frozenset({
+    "torch.cuda.empty_cache", "torch.cuda.memory.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache",
+    "torch.accelerator.empty_cache",
+})
+EPOCH = re.compile(r"epoch", re.IGNORECASE)
+
+
+class EmptyCacheInLoop(Rule):
+    code = "TL801"
+    name = "empty-cache-in-loop"
+    kind = "performance"
+    summary = "`torch.cuda.empty_cache()` on every iteration of a loop"
+    fix_applicability = "safe"
+    triggers = ("empty_cache",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.ctx.qualified_name(node.func)
+        if name not in EMPTY_CACHE:
+            return
+        loops = self.ctx.enclosing_loops()
+        if not loops or self.ctx.in_test_code() or not self._every_iteration(loops[0]):
+            return
+        self.report(node, f"`{self.ctx.code_for(node)}` in a loop makes every iteration wait for the GPU and hands "
+                          "back memory the next iteration allocates again; remove it", self._fix(node))
+
+    def _every_iteration(self, loop: cst.CSTNode) -> bool:
+        """Does the call run on every iteration of its innermost loop, and is that a loop over
+        batches (it trains, evaluates, runs a model, or iterates a loader) rather than over
+        epochs, models or benchmark candidates?"""
+        for node in reversed(self.ctx.ancestors[:-1]):
+            if node is loop:
+                break
+            if isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+                return False  # recovery after an out-of-memory error
+            if isinstance(node, cst.If) and is_periodic_test(node.test):
+                return False
+        described = self.ctx.code_for(loop.target) + " " + self.ctx.code_for(loop.iter) \
+            if isinstance(loop, cst.For) else self.ctx.code_for(loop.test)
+        if EPOCH.search(described):
+            return False
+        ancestors = {id(n) for n in self.ctx.ancestors}
+        if any(id(inner) not in ancestors and self._batch_loop(inner) for inner in self.ctx.nested_loops(loop)):
+            return False  # beside (not inside) an inner loop over batches: once per pass of it
+        return self._batch_loop(loop)
+
+    def _batch_loop(self, loop: cst.CSTNode) -> bool:
+        if self.ctx.backpropagated_names(loop) is not None or calls_model(loop.body):
+            return True
+        loader = iterated_name(loop, self.ctx.imports) if isinstance(loop, cst.For) else None
+        return loader is not None and bool(LOADER_NAME.search(loader.rsplit(".", 1)[-1]))
+
+    def _fix(self, node: cst.Call):
+        expression = self.ctx.parent
+        if not isinstance(expression, cst.Expr) or not isinstance(self.ctx.ancestors[-3], cst.SimpleStatementLine):
+            return None
+        statement = self.ctx.ancestors[-3]
+        # `if torch.cuda.is_available(): torch.cuda.empty_cache()` goes as a whole
+        block, guard = self.ctx.ancestors[-4], self.ctx.ancestors[-5]
+        if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1 \
+                and _side_effect_free(guard.test, self.ctx):
+            statement = guard
+        edit = self.ctx.removal_edit(statement)
+        return self.fix("Remove the call", edit) if edit else None
+
+
+def _side_effect_free(test: cst.BaseExpression, ctx) -> bool:
+    """A condition that only reads names or asks whether a device is there."""
+    if isinstance(test, (cst.Name, cst.Attribute)) and dotted_name(test) is not None:
+        return True
+    if isinstance(test, cst.Call):
+        return (ctx.qualified_name(test.func) or dotted_name(test.func) or "").endswith("is_available") \
+            and not test.args
+    if isinstance(test, cst.UnaryOperation):
+        return _side_effect_free(test.expression, ctx)
+    if isinstance(test, cst.BooleanOperation):
+        return _side_effect_free(test.left, ctx) and _side_effect_free(test.right, ctx)
+    if isinstance(test, cst.Comparison):
+        return _side_effect_free(test.left, ctx) and all(
+            _side_effect_free(c.comparator, ctx) or isinstance(c.comparator, (cst.SimpleString, cst.Integer))
+            for c in test.comparisons)
+    return False

@@ -1,0 +1,206 @@
+"""
+## What it does
+
+Finds a model evaluated batch after batch with autograd still on: a loop that calls the model after
+`model.eval()`, or in a function named like evaluation (`validate`, `evaluate`, `test`,
+`predict`...), that is not under `torch.no_grad()`, `torch.inference_mode()` or
+`torch.set_grad_enabled(False)` (as a `with` block, a decorator, or a statement before the loop).
+
+## Why is it slow
+
+`model.eval()` changes how dropout and batch norm behave; it does not turn autograd off. With
+grad mode on, every forward pass records its graph and keeps the activations that a backward pass
+would need, although evaluation never calls backward: memory grows with the batch, larger batches
+run out of memory, and the bookkeeping costs time. PyTorch's tuning guide recommends disabling
+gradient calculation for validation or inference.
+
+## Example
+
+```python
+model.eval()
+for images, labels in val_loader:
+    correct += (model(images).argmax(1) == labels).sum().item()
+```
+
+## Use instead
+
+```python
+model.eval()
+with torch.no_grad():
+    for images, labels in val_loader:
+        correct += (model(images).argmax(1) == labels).sum().item()
+```
+(`torch.inference_mode()` is faster still, but its tensors can never enter autograd later.)
+
+## Fix safety
+
+The fix wraps the loop in `with torch.no_grad():` (adding `import torch` if the file lacks it),
+re-indenting the loop with its comments. It is safe when the loop follows `model.eval()`: the
+values are the same, only no graph is kept. It is unsafe when the loop is known only by its
+function's name: the outputs might be backpropagated by a caller. No fix when the loop yields or
+awaits (grad mode would leak into the consumer; decorate the function with `@torch.no_grad()`
+instead). The rule stays silent when gradients are wanted in the function (`backward`,
+`torch.autograd.grad`, `enable_grad`, `requires_grad`, `torch.func` transforms), in Lightning's
+`validation_step`/`test_step`/`predict_step` hooks (the Trainer disables grad around them), for a
+function whose every call in the file is already under `no_grad`, and in tests (`test_*.py`,
+`tests/` folders, `test_*` functions, `Test*` classes), where speed is not the point.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#disable-gradient-calculation-for-validation-or-inference
+- https://pytorch.org/docs/stable/generated/torch.no_grad.html
+- https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation
+- https://pytorch.org/docs/stable/generated/torch.inference_mode.html
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.matching import (MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
+                                with_item_disables_grad)
+from torchlint.rule import Rule
+
+# Gradients are wanted somewhere in the function: saliency maps, adversarial examples, probes.
+WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torch\.func|functorch|\bvjp\b|jacrev|"
+                        r"jacfwd|\bhessian\b|set_grad_enabled\(True\)")
+# Hooks the Lightning Trainer runs under no_grad / inference_mode.
+LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(validation|test|predict)_|_epoch_end$")
+
+
+class EvalWithoutNoGrad(Rule):
+    code = "TL103"
+    name = "eval-without-no-grad"
+    kind = "performance"
+    summary = "A model evaluated in a loop with autograd on (no `torch.no_grad()`)"
+    fix_applicability = "safe"
+    # `eval` and `validate` contain "val"; the no_grad spellings keep the definitions that call an
+    # evaluation function under no_grad in view
+    triggers = ("val", "test", "predict", "infer", "no_grad", "inference_mode", "set_grad_enabled")
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._reported: set[int] = set()
+        self._calls_under_no_grad: dict[str, bool] | None = None
+        self._receivers: dict[int, set[str]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        model = self._model(node)
+        if model is None:
+            return
+        loop = self.ctx.evaluation_loop()
+        if loop is None or id(loop) in self._reported or self.ctx.grad_disabled() or self.ctx.in_test_code():
+            return
+        function = self.ctx.enclosing_function()
+        if self._wants_grad(loop) or function is not None and (
+                LIGHTNING_EVAL_HOOKS.search(function.name.value)
+                or self._always_called_without_grad(function.name.value)):
+            return
+        self._reported.add(id(loop))
+        suspends = _Suspends()
+        loop.visit(suspends)
+        advice = f"decorate `{function.name.value}` with `@torch.no_grad()`" if suspends.found and function \
+            else "wrap the loop in `with torch.no_grad():`"
+        self.report(node, f"`{model}(...)` runs in an evaluation loop with autograd on: every batch records a graph "
+                          f"that is never used (memory and time); {advice}",
+                    None if suspends.found else self._fix(loop))
+
+    def _wants_grad(self, loop: cst.CSTNode) -> bool:
+        """Gradients are asked for in the loop or beside it in its block (a training loop there
+        left out)."""
+        index = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
+        block = self.ctx.ancestors[index - 1]
+        beside = [s for s in block.body if s is loop or self.ctx.backpropagated_names(s) is None]
+        return any(WANTS_GRAD.search(self.ctx.code_for(s)) for s in beside)
+
+    def _model(self, node: cst.Call) -> str | None:
+        """The model a call runs: ``model(x)``, ``self.net(x)``, ``model.forward(x)``, or any
+        callee put in eval mode in this function."""
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        name = dotted_name(func)
+        if name is None or name == "self":
+            return None
+        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers():
+            return name
+        return None
+
+    def _eval_receivers(self) -> set[str]:
+        scope = self.ctx.enclosing_function() or self.ctx.module
+        if id(scope) not in self._receivers:
+            code = self.ctx.code_for(scope)
+            self._receivers[id(scope)] = {m.group(1) for m in re.finditer(r"([\w.]+)\.eval\(\)", code)}
+        return self._receivers[id(scope)]
+
+    def _always_called_without_grad(self, function: str) -> bool:
+        """Every call of ``function`` in the file (``function(...)``, ``self.function(...)``) is
+        already under no_grad / inference_mode. Calls are counted in the raw text too, so a call
+        in a definition the engine did not parse counts as one with grad on."""
+        if self._calls_under_no_grad is None:
+            finder = _CallSites(self.ctx.imports)
+            self.ctx.module.visit(finder)
+            self._calls_under_no_grad = finder.disabled
+        written = len(re.findall(rf"(?<![\w]){re.escape(function)}\s*\(", self.ctx.source)) \
+            - len(re.findall(rf"\bdef\s+{re.escape(function)}\s*\(", self.ctx.source))
+        return written > 0 and self._calls_under_no_grad.get(function, 0) == written
+
+    def _fix(self, loop: cst.CSTNode):
+        reference = self.ctx.import_reference("torch")
+        if reference is None:
+            return None
+        torch, import_edit = reference
+        wrapped = cst.With(items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
+                           body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]))
+        edits = [self.ctx.statement_edit(loop, [wrapped])] + ([import_edit] if import_edit else [])
+        return self.fix("Wrap the loop in `with torch.no_grad():`", *edits,
+                        applicability="safe" if self.ctx.eval_mode_set() else "unsafe")
+
+
+class _Suspends(cst.CSTVisitor):
+    """A ``yield`` or ``await`` (grad mode set by ``with`` would stay set while suspended)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.found = True
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+class _CallSites(cst.CSTVisitor):
+    """For each function name: how many of its calls in the file are under no_grad."""
+
+    def __init__(self, imports) -> None:
+        self.imports = imports
+        self.depth = 0  # enclosing no_grad contexts
+        self.disabled: dict[str, int] = {}
+
+    def _grad_off(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.With):
+            return any(with_item_disables_grad(item, self.imports) for item in node.items)
+        if isinstance(node, cst.FunctionDef):
+            return any(decorator_disables_grad(d, self.imports) or is_grad_switch_off(d.decorator, self.imports)
+                       for d in node.decorators)
+        return False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._grad_off(node):
+            self.depth += 1
+        if isinstance(node, cst.Call) and self.depth:
+            name = dotted_name(node.func)
+            if name is not None:
+                short = name.rsplit(".", 1)[-1]
+                self.disabled[short] = self.disabled.get(short, 0) + 1
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self._grad_off(original_node):
+            self.depth -= 1

@@ -1,0 +1,162 @@
+"""
+## What it does
+
+Finds training loops (a loop that calls `backward()`) in scripts that train on CUDA entirely in
+float32: nothing in the file uses autocast, a `GradScaler`, half or bfloat16 precision, apex, or a
+library that manages precision itself (Accelerate, Lightning Fabric, DeepSpeed). A script is a file
+with an `if __name__ == "__main__":` block or a training loop outside any function; modules that
+other code imports (test helpers, libraries) are left alone, since the precision of a run is the
+program's choice. It reports once per training loop, on its first `backward()` call.
+
+## Why is it slow
+
+Matrix multiplications and convolutions in float16 or bfloat16 run on tensor cores, several times
+faster than in float32, and move half the bytes. Automatic mixed precision runs each operation in
+the precision that suits it (matmuls and convolutions in 16 bits, reductions and losses in 32) with
+no change to the model. PyTorch's tuning guide reports speed-ups of up to 3x on Volta and newer
+GPUs; Lightning's speed guide calls it the first thing to try.
+
+## Example
+
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    output = model(x.cuda())
+    loss = criterion(output, y.cuda())
+    loss.backward()
+    optimizer.step()
+```
+
+## Use instead
+
+```python
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.amp.autocast("cuda", dtype=torch.float16):
+        output = model(x.cuda())
+        loss = criterion(output, y.cuda())
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+```
+On Ampere and newer GPUs, `dtype=torch.bfloat16` needs no scaler.
+
+## Fix safety
+
+Unsafe, and the rule is off by default (enable it with `extend-select = ["TL703"]`): mixed
+precision changes the numerics of every step, and whether a given model trains as well in float16
+is for `torchlint verify --unsafe-fixes` (or the user) to show, not for a linter to assume; most
+float32 loops are also fine as they are on the CPU or on GPUs without tensor cores. The fix writes
+the float16 recipe of the PyTorch AMP examples, which runs on every CUDA GPU: a `GradScaler`
+created before the loop, the assignment lines that compute the loss right before `backward()`
+moved under `torch.amp.autocast("cuda", dtype=torch.float16)`, `scaler.scale(loss).backward()`,
+`scaler.step(optimizer)` and `scaler.update()` in place of `optimizer.step()`, and
+`scaler.unscale_(optimizer)` before gradient clipping. Without a GPU, autocast and the scaler turn
+themselves off with a warning, so the script still runs. The fix is withheld when the loop calls
+`backward()` more than once, when the optimizer step is not in the same block as the backward call,
+when code between them reads `.grad`, and when the lines before `backward()` are not the
+assignments that compute the loss. A scaler created in a function that is called once per epoch
+starts from its initial scale each epoch; move it out if so.
+
+## Versions
+
+Reported for a target torch from 1.10 (`torch.autocast` with a `dtype`); the fix writes
+`torch.amp.GradScaler("cuda")` from torch 2.3 and `torch.cuda.amp.GradScaler()` before.
+
+## References
+
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#use-mixed-precision-and-amp
+- https://pytorch.org/docs/stable/notes/amp_examples.html
+- https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html
+- https://lightning.ai/docs/pytorch/stable/advanced/speed.html
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.matching import amp_constructor, method_call, root_names, uses_reduced_precision
+from torchlint.rule import Rule
+
+# Libraries that own the precision of the loop (their own flags turn mixed precision on).
+PRECISION_MANAGERS = re.compile(r"\bAccelerator\b|\baccelerate\b|\bFabric\b|\bdeepspeed\b|\bapex\b|\bGradScaler\b")
+
+
+class _BackwardCounter(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_call(node, "backward"):
+            self.count += 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+class NoAmp(Rule):
+    code = "TL703"
+    name = "no-amp"
+    kind = "performance"
+    summary = "A float32 CUDA training loop without autocast (mixed precision)"
+    fix_applicability = "unsafe"
+    triggers = ("backward",)
+    torch_versions = ">=1.10"
+    default_enabled = False
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.seen: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        backward = method_call(node, "backward")
+        if backward is None:
+            return
+        loop = self.ctx.training_loop()
+        if loop is None or id(loop) in self.seen:
+            return
+        self.seen.add(id(loop))
+        source = self.ctx.source
+        if self.ctx.cuda_training_script() is None or uses_reduced_precision(source) \
+                or PRECISION_MANAGERS.search(source):
+            return
+        self.report(node, "this CUDA training loop runs in float32; run the forward pass and the loss under "
+                          "`torch.amp.autocast(\"cuda\", dtype=torch.float16)` with a `torch.amp.GradScaler(\"cuda\")` "
+                          "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), or "
+                          "with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs", self._fix(node, loop))
+
+    def _fix(self, node: cst.Call, loop: cst.CSTNode):
+        counter = _BackwardCounter()
+        loop.visit(counter)
+        position = self.ctx.statement_position()
+        reference = self.ctx.import_reference("torch")
+        scaler = self.ctx.unused_name("scaler", "grad_scaler", "amp_scaler")
+        if counter.count != 1 or position is None or reference is None or reference[1] is not None or scaler is None:
+            return None
+        statement, body, index = position
+        block = self._block_of(statement)
+        if not isinstance(block, cst.IndentedBlock) or not isinstance(statement, cst.SimpleStatementLine) \
+                or len(statement.body) != 1 or getattr(statement.body[0], "value", None) is not node:
+            return None
+        torch = reference[0]
+        autocast = amp_constructor("torch.cuda.amp.autocast", self.ctx.target_torch, torch, f"dtype={torch}.float16")
+        step = self.ctx.mixed_precision_step(block, index, root_names(node.func.value), scaler, autocast)
+        if step is None:
+            return None
+        outer = self._block_of(loop)
+        indent = self.ctx.block_indentation(outer) if isinstance(outer, cst.IndentedBlock) else ""
+        create = amp_constructor("torch.cuda.amp.GradScaler", self.ctx.target_torch, torch)
+        return self.fix("Train in mixed precision (float16 autocast and a GradScaler)",
+                        self.insert_lines_before(loop, f"{indent}{scaler} = {create}\n"),
+                        *step.edits,
+                        self.replace(node.func.value, f"{scaler}.scale({self.ctx.code_for(node.func.value)})"))
+
+    def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        ancestors = self.ctx.ancestors
+        for i in range(1, len(ancestors)):
+            if ancestors[i] is node:
+                return ancestors[i - 1]
+        return None

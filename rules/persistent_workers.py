@@ -1,0 +1,200 @@
+"""
+## What it does
+
+Finds a `torch.utils.data.DataLoader` with worker processes (`num_workers` > 0) that is iterated
+once per epoch and does not pass `persistent_workers`.
+
+## Why is it slow
+
+By default the DataLoader starts its worker processes each time it is iterated, at the start of
+every epoch, and shuts them down at the end. Each start pickles the dataset (and the
+`collate_fn`, the sampler's iterator state) to every worker, re-imports the script in each worker
+under the spawn and forkserver start methods, and refills the prefetch queue from empty: the first
+batches of every epoch wait for it, and with large datasets or many workers this can take
+seconds per epoch. `persistent_workers=True` keeps the workers alive between epochs. Lightning's
+speed guide recommends it, especially with `strategy="ddp_spawn"`.
+
+## Example
+
+```python
+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8)
+```
+
+## Use instead
+
+```python
+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)
+```
+
+## Fix safety
+
+Unsafe. Workers that live across epochs keep their own copy of the dataset: a change made to the
+dataset in the main process between epochs (a new epoch number, a curriculum step, a resampled
+index) no longer reaches them, and a `worker_init_fn` that seeds per-epoch randomness runs once
+instead of every epoch. The workers also hold their memory between epochs, next to those of the
+validation loader. The rule only reports a loader that is visibly iterated more than once: returned by a
+LightningModule's or DataModule's `train_dataloader`/`val_dataloader`, or assigned to a name
+that an epoch loop iterates (a loop inside another loop, two loops, or a call inside a loop that
+is passed the loader). It stays silent when the file assigns an attribute of the dataset or
+calls a method on it inside a loop, when the loader is created inside a loop (a new loader each
+epoch gains nothing), when the file reloads its loaders every epoch
+(`reload_dataloaders_every_n_epochs`), and when `persistent_workers=` is already written or may
+come in through `**kwargs`.
+
+For `num_workers=N` with a literal N > 0 the fix writes `persistent_workers=True`; for a name such
+as `num_workers=args.workers` it writes `persistent_workers=args.workers > 0`, since
+`persistent_workers=True` with zero workers raises an error. Any other expression gets no fix.
+
+## References
+
+- https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
+- https://lightning.ai/docs/pytorch/stable/advanced/speed.html#persistent-workers
+- https://github.com/pytorch/pytorch/pull/35795
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import (LOOPS, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
+                                keyword_arg, literal_value, parse_expression, set_keyword)
+from torchlint.rule import Rule
+
+# Lightning hooks whose loader the Trainer iterates every epoch (unless told to reload them).
+EPOCH_HOOKS = frozenset({"train_dataloader", "val_dataloader"})
+
+
+class PersistentWorkers(Rule):
+    code = "TL603"
+    name = "persistent-workers"
+    kind = "performance"
+    summary = "`DataLoader` with workers that are restarted every epoch (no `persistent_workers=True`)"
+    fix_applicability = "unsafe"
+    triggers = ("DataLoader",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node) \
+                or keyword_arg(node, "persistent_workers") is not None:
+            return
+        workers = dataloader_argument(node, "num_workers")
+        if workers is None or self.ctx.enclosing(*LOOPS) or "reload_dataloaders_every" in self.ctx.source:
+            return
+        known, count = literal_value(workers.value)
+        if known and not (type(count) is int and count > 0):
+            return
+        dataset = dataloader_argument(node, "dataset")
+        if dataset is not None and self._changed_in_a_loop(dataset.value) or not self._iterated_repeatedly():
+            return
+        if known:
+            value, shown = cst.Name("True"), "True"
+        elif isinstance(workers.value, (cst.Name, cst.Attribute)):
+            shown = f"{self.ctx.code_for(workers.value)} > 0"
+            value = parse_expression(shown)
+        else:
+            value, shown = None, "True"  # only valid with workers, and we cannot tell
+        fix = None if value is None else self.fix(
+            "Keep the workers alive between epochs", self.replace(node, set_keyword(node, "persistent_workers", value)))
+        condition = "" if value is not None else " when `num_workers` > 0"
+        self.report(node, "`DataLoader` starts new worker processes every time it is iterated (every epoch); pass "
+                          f"`persistent_workers={shown}`{condition} to keep them", fix)
+
+    def _iterated_repeatedly(self) -> bool:
+        """Is the loader iterated more than once, so that restarting its workers costs anything?
+        It is returned by Lightning's ``train_dataloader``/``val_dataloader`` (iterated every
+        epoch), or the name it is assigned to is iterated by a loop inside another loop, by two
+        loops, or passed to a call inside a loop (``train_one_epoch(model, loader)``)."""
+        function = self.ctx.enclosing_function()
+        if isinstance(self.ctx.parent, cst.Return) and function is not None \
+                and function.name.value in EPOCH_HOOKS:
+            return True
+        name = self.ctx.bound_name()
+        if name is None or self.ctx.binding_of(name) is not self.ctx.ancestors[-1]:
+            return False
+        loops = self.ctx.loops_over(name)
+        nested, passed = self._loop_uses()
+        return len(loops) > 1 or any(id(loop) in nested for loop in loops) or name in passed
+
+    def _loop_uses(self) -> tuple[set[int], set[str]]:
+        """(ids of the for loops nested in another loop of their function, dotted names passed as
+        arguments to calls inside loops)."""
+        if not hasattr(self, "_uses"):
+            nested: set[int] = set()
+            passed: set[str] = set()
+
+            class Uses(cst.CSTVisitor):
+                def __init__(self) -> None:
+                    self.depth = [0]
+
+                def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+                    self.depth.append(0)
+
+                def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+                    self.depth.pop()
+
+                def visit_For(self, node: cst.For) -> None:
+                    if self.depth[-1]:
+                        nested.add(id(node))
+                    self.depth[-1] += 1
+
+                def leave_For(self, node: cst.For) -> None:
+                    self.depth[-1] -= 1
+
+                def visit_While(self, node: cst.While) -> None:
+                    self.depth[-1] += 1
+
+                def leave_While(self, node: cst.While) -> None:
+                    self.depth[-1] -= 1
+
+                def visit_Call(self, node: cst.Call) -> None:
+                    if self.depth[-1]:
+                        passed.update(dotted_name(a.value) for a in node.args if dotted_name(a.value))
+
+            self.ctx.module.visit(Uses())
+            self._uses = (nested, passed)
+        return self._uses
+
+    def _changed_in_a_loop(self, dataset: cst.BaseExpression) -> bool:
+        """Is an attribute of the dataset assigned, or a method of it called, inside a loop
+        anywhere in the file (``train_set.set_epoch(epoch)``, ``ds.difficulty = d``)? The
+        loader's own ``.dataset`` counts too."""
+        names = {dotted_name(dataset)}
+        loader = self.ctx.bound_name()
+        if loader is not None:
+            names.add(f"{loader}.dataset")
+        names.discard(None)
+        return bool(names & self._mutated_in_loops())
+
+    def _mutated_in_loops(self) -> set[str]:
+        if not hasattr(self, "_mutated"):
+            mutated: set[str] = set()
+
+            class Mutations(cst.CSTVisitor):
+                depth = 0
+
+                def visit_For(self, node: cst.For) -> None:
+                    self.depth += 1
+
+                def leave_For(self, node: cst.For) -> None:
+                    self.depth -= 1
+
+                def visit_While(self, node: cst.While) -> None:
+                    self.depth += 1
+
+                def leave_While(self, node: cst.While) -> None:
+                    self.depth -= 1
+
+                def visit_Call(self, node: cst.Call) -> None:
+                    if self.depth and isinstance(node.func, cst.Attribute):
+                        mutated.add(dotted_name(node.func.value))
+
+                def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+                    if self.depth and isinstance(node.target, cst.Attribute):
+                        mutated.add(dotted_name(node.target.value))
+
+                def visit_AugAssign(self, node: cst.AugAssign) -> None:
+                    if self.depth and isinstance(node.target, cst.Attribute):
+                        mutated.add(dotted_name(node.target.value))
+
+            self.ctx.module.visit(Mutations())
+            self._mutated = mutated
+        return self._mutated

@@ -1,0 +1,151 @@
+"""
+## What it does
+
+Finds `torch.tensor(arr)` where `arr` is a NumPy array: a call of a NumPy function that returns an
+array (`np.array(...)`, `np.zeros(...)`, `np.load(...)`, `np.stack(...)`...), the result of
+`.numpy()` or `.to_numpy()`, or a local variable assigned only such values.
+
+## Why is it slow
+
+`torch.tensor` always copies its data. For an array that is not needed afterwards, the copy is
+pure overhead: one more allocation and a pass over the whole array, on every sample when it sits
+in a `Dataset.__getitem__`. `torch.from_numpy(arr)` wraps the array's memory in a tensor without
+copying, and `torch.as_tensor(arr, dtype=...)` does the same whenever the dtype already matches.
+
+## Example
+
+```python
+def __getitem__(self, index):
+    image = np.load(self.paths[index])
+    return torch.tensor(image)
+```
+
+## Use instead
+
+```python
+    return torch.from_numpy(image)
+```
+
+## Fix safety
+
+`torch.from_numpy` shares memory with the array: writing into one changes the other. The fix is
+safe when nothing else can see the array: it is made right in the call (`np.zeros(...)`,
+`np.array(...)` without `copy=False`, `np.load(...)` without `mmap_mode`), or it is a local
+variable assigned once such a value and used only in this call, outside any loop. Otherwise it is
+unsafe: the array may be written later (a reused buffer), `.numpy()` shares memory with its tensor
+already, and `np.asarray` may return its argument itself. Both functions fail on the same inputs
+as `torch.tensor` does for arrays (negative strides, unsupported dtypes), so the fix does not add
+errors; `from_numpy` warns where the array is read-only. Only `torch.tensor(arr)` and
+`torch.tensor(arr, dtype=...)` are reported: with `device=` or `requires_grad=` there is nothing
+to save or no equivalent.
+
+## References
+
+- https://pytorch.org/docs/stable/generated/torch.from_numpy.html
+- https://pytorch.org/docs/stable/generated/torch.as_tensor.html
+- https://pytorch.org/docs/stable/generated/torch.tensor.html
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import argument, is_literal, keyword_arg, method_call, positional_args, scope_names
+from torchlint.rule import Rule
+
+# NumPy functions that return a new array (never a view of their argument, never a scalar).
+FRESH_ARRAYS = frozenset({
+    "array", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "arange",
+    "linspace", "logspace", "eye", "identity", "stack", "concatenate", "vstack", "hstack", "dstack",
+    "column_stack", "load", "loadtxt", "genfromtxt", "copy", "tile", "repeat",
+})
+# Functions that may return their argument (or a view of it) as it is.
+SHARED_ARRAYS = frozenset({"asarray", "ascontiguousarray", "asfortranarray", "frombuffer", "fromfile"})
+# numpy.random functions: the position of their `size` parameter (no size: a Python scalar).
+RANDOM_SIZE = {"rand": 0, "randn": 0, "random": 0, "random_sample": 0, "normal": 2, "uniform": 2, "randint": 2}
+ARRAY_METHODS = frozenset({"numpy", "to_numpy"})
+# ndarray methods that return an array: a copy (astype, copy, flatten) or a view (the others).
+ARRAY_TO_ARRAY = ("astype", "copy", "flatten", "reshape", "transpose", "squeeze", "ravel", "swapaxes")
+
+
+class TensorFromNumpy(Rule):
+    code = "TL204"
+    name = "tensor-from-numpy"
+    kind = "performance"
+    summary = "`torch.tensor(ndarray)` copies the array; `torch.from_numpy` / `torch.as_tensor` do not"
+    fix_applicability = "unsafe"
+    triggers = ("tensor(",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualified_name(node.func) != "torch.tensor":
+            return
+        positional = positional_args(node)
+        if len(positional) != 1 or any(a.star for a in node.args) or any(
+                a.keyword is not None and a.keyword.value != "dtype" for a in node.args):
+            return
+        data = positional[0].value
+        kind = self._array_kind(data)
+        if kind is None:
+            return
+        fresh = kind == "fresh"
+        dtype = keyword_arg(node, "dtype")
+        replacement = "as_tensor" if dtype is not None else "from_numpy"
+        fix = None
+        if isinstance(node.func, cst.Attribute):
+            fix = self.fix(f"Use `torch.{replacement}` (shares memory with the array)",
+                           self.replace(node.func.attr, replacement),
+                           applicability="safe" if fresh else "unsafe")
+        self.report(node, f"`torch.tensor` copies the NumPy array `{self.ctx.code_for(data)}`; "
+                          f"`torch.{replacement}(...)` uses its memory without a copy", fix)
+
+    def _array_kind(self, expr: cst.BaseExpression, follow: bool = True) -> str | None:
+        """"fresh" for a new array nothing else holds, "shared" for an array that may be seen
+        elsewhere, None when expr is not known to be an array."""
+        if isinstance(expr, cst.Call):
+            if method_call(expr, *ARRAY_METHODS) and not expr.args:
+                return "shared"
+            method = method_call(expr, *ARRAY_TO_ARRAY)
+            if method is not None and self._array_kind(method.value) is not None:
+                copies = method.attr.value in ("astype", "copy", "flatten") and not is_literal(
+                    getattr(keyword_arg(expr, "copy"), "value", None), False)
+                return "fresh" if copies else "shared"
+            name = self.ctx.qualified_name(expr.func) or ""
+            if not name.startswith("numpy."):
+                return None
+            function = name[len("numpy."):]
+            if function in FRESH_ARRAYS:
+                if function == "array" and is_literal(getattr(keyword_arg(expr, "copy"), "value", None), False):
+                    return "shared"
+                if function == "load" and keyword_arg(expr, "mmap_mode") is not None:
+                    return "shared"
+                return "fresh"
+            if function in SHARED_ARRAYS:
+                return "shared"
+            if function.startswith("random.") and function[7:] in RANDOM_SIZE:
+                size_at = RANDOM_SIZE[function[7:]]
+                has_size = bool(positional_args(expr)) if function[7:] in ("rand", "randn") else \
+                    argument(expr, "size", size_at) is not None
+                return "fresh" if has_size else None
+            return None
+        if follow and isinstance(expr, cst.Name):
+            values = self._scope()[0].get(expr.value, [])
+            kinds = {self._array_kind(v, follow=False) if v is not None else None for v in values}
+            if not values or None in kinds:
+                return None
+            # a variable may be seen elsewhere; fresh only if every value is and it is private
+            return "fresh" if kinds == {"fresh"} and self._private_local(expr.value) else "shared"
+        return None
+
+    def _scope(self):
+        scope = self.ctx.enclosing_function() or self.ctx.module
+        if getattr(self, "_scope_of", None) is not scope:
+            self._scope_of, self._names = scope, scope_names(scope)
+        return self._names
+
+    def _private_local(self, name: str) -> bool:
+        """Assigned once in the function, read only here, and not inside a loop (where every
+        iteration's tensor would share one array)."""
+        if self.ctx.enclosing_function() is None or self.ctx.enclosing_loops():
+            return False
+        assigned, references = self._scope()
+        return len(assigned.get(name, [])) == 1 and references.get(name, 0) == 2

@@ -1,0 +1,89 @@
+"""
+## What it does
+
+Finds training scripts that run on CUDA in float32 (a loop that calls `backward()`, no autocast or
+half precision anywhere in the file) and never allow TensorFloat-32 matrix multiplications:
+neither `torch.set_float32_matmul_precision("high")` nor `torch.backends.cuda.matmul.allow_tf32 = True`
+(nor the newer `fp32_precision` settings). It reports once per script (a file with an
+`if __name__ == "__main__":` block or a training loop outside any function: process-wide settings
+belong in the program, not in modules that other code imports), on its first training loop.
+
+## Why is it slow
+
+Since torch 1.12, float32 matrix multiplications on CUDA use full float32 precision by default.
+Ampere and newer GPUs (A100, H100, RTX 30xx and later) have tensor cores that multiply float32
+inputs in TensorFloat-32 (10 explicit mantissa bits, float32 range and accumulation) many times
+faster: PyTorch's CUDA notes measure a 10240x10240 matmul at about 7x the speed on an A100 with
+TF32 allowed. `torch.set_float32_matmul_precision("high")` lets matmuls and linear layers use it;
+convolutions already do by default (`torch.backends.cudnn.allow_tf32` is True).
+
+## Example
+
+```python
+import torch
+
+model = Net().cuda()
+for x, y in loader:
+    loss = criterion(model(x.cuda()), y.cuda())
+    loss.backward()
+    optimizer.step()
+```
+
+## Use instead
+
+```python
+import torch
+torch.set_float32_matmul_precision("high")
+```
+
+## Fix safety
+
+Unsafe: TF32 rounds the inputs of every float32 matmul to 10 mantissa bits, which changes results
+in the fourth significant digit; most training converges the same, but code that needs full
+float32 products (some scientific computing, tests comparing to tight tolerances) does not want
+it. The fix adds the call after the imports of the script (it is a process-wide setting), when the
+script imports `torch` at the top. On GPUs older than Ampere, and on the CPU, the setting changes
+nothing. Files that mention `allow_tf32` or the matmul precision at all, that use autocast or half
+precision (their matmuls already run in 16 bits), or that never mention CUDA, are left alone.
+
+## Versions
+
+Reported for a target torch from 1.12, where TF32 for matmuls became opt-in (from 1.7 to 1.11
+`torch.backends.cuda.matmul.allow_tf32` defaulted to True).
+
+## References
+
+- https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices
+- https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html
+- https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.matching import uses_reduced_precision
+from torchlint.rule import Rule
+
+ALREADY_DECIDED = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
+
+
+class Tf32Matmul(Rule):
+    code = "TL705"
+    name = "tf32-matmul"
+    kind = "performance"
+    summary = "float32 CUDA training without TF32 matmuls (`torch.set_float32_matmul_precision(\"high\")`)"
+    fix_applicability = "unsafe"
+    triggers = ("backward",)
+    scope = "file"  # reads the whole module: its training loops, wherever they are
+    torch_versions = ">=1.12"
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        source = self.ctx.source
+        loop = self.ctx.cuda_training_script()
+        if loop is None or uses_reduced_precision(source) or any(text in source for text in ALREADY_DECIDED):
+            return
+        edit = self.ctx.module_setting('{torch}.set_float32_matmul_precision("high")')
+        self.report(loop, "this float32 training runs its matmuls without TF32 tensor cores; add "
+                              "`torch.set_float32_matmul_precision(\"high\")` after the imports",
+                    self.fix("Allow TF32 matmuls", edit) if edit else None)

@@ -1,0 +1,304 @@
+"""The guards every fix passes (DESIGN.md, "Fix safety"): TorchFix's `--fix` added
+`weights_only=True` beside a `**kwargs` that already carried it (TypeError), rewrote a
+`try/except ImportError` fallback away, and inverted a condition's intent. Here a fix that cannot
+be proved safe is withheld: the finding is still reported, without a fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from conftest import ROOT, run_torchlint
+from torchlint.config import resolve_settings
+from torchlint.engine import fix_source, lint_source
+from torchlint.matching import dotted_name, keyword_arg, set_keyword
+from torchlint.rule import Rule, all_rules
+
+
+def diagnostics(tmp_path, source: str, code: str, **options):
+    settings = resolve_settings(tmp_path, isolated=True, select=["ALL"], unsafe_fixes=True, **options)
+    return [d for d in lint_source(source, "train.py", settings) if d.code == code]
+
+
+def fixed_lines(tmp_path, source: str, code: str, **options) -> dict[int, bool]:
+    """1-based line -> does the finding there carry a fix."""
+    return {d.line + 1: d.fix is not None for d in diagnostics(tmp_path, source, code, **options)}
+
+
+# --- a keyword added beside **kwargs ---------------------------------------------------------------
+
+SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+import pytorch_lightning as pl
+
+device = torch.device("cuda")
+model = Net().to(device)
+
+
+def main():
+    {line}
+    for epoch in range(3):
+        for x, y in loader:
+            x = x.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+# Every rule whose fix adds a keyword to an existing call, with a call its fix rewrites ({kw}:
+# where `**opts` goes). Without `**opts` each gets a fix; with it, none.
+ADDS_KEYWORD = {
+    "TL102": ("w = torch.randn(3, requires_grad=True{kw}).cuda()", {}),
+    "TL201": ("mask = torch.zeros(3{kw}).to(device)", {}),
+    "TL301": ("optimizer.zero_grad({kw})", {"target_torch": "1.13"}),
+    "TL302": ("optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3{kw})", {}),
+    "TL401": ("net = nn.Sequential(nn.Conv2d(3, 8, 3{kw}), nn.BatchNorm2d(8))", {}),
+    "TL501": ("model = nn.DataParallel(model{kw})", {}),
+    "TL601": ("loader = DataLoader(dataset, batch_size=32{kw})", {}),
+    "TL602": ("loader = DataLoader(dataset, batch_size=32, num_workers=4, persistent_workers=True{kw})", {}),
+    "TL603": ("loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True{kw})", {}),
+    "TL701": ("scaler = torch.cuda.amp.GradScaler(1024.0{kw})", {}),
+    "TL901": ("trainer = pl.Trainer(gpus=1{kw})", {}),
+}
+
+
+@pytest.mark.parametrize("code", sorted(ADDS_KEYWORD))
+def test_no_keyword_is_added_beside_double_star_kwargs(tmp_path, code):
+    line, options = ADDS_KEYWORD[code]
+    plain = SCRIPT.format(line=line.format(kw=""))
+    assert fixed_lines(tmp_path, plain, code, **options).get(11) is True, "the case must have a fix without **"
+    with_kwargs = SCRIPT.format(line=line.format(kw=", **opts" if "({kw})" not in line else "**opts"))
+    assert fixed_lines(tmp_path, with_kwargs, code, **options).get(11, False) is False
+
+
+def test_non_blocking_is_not_added_beside_double_star_kwargs(tmp_path):
+    source = SCRIPT.format(line="loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True, "
+                                "persistent_workers=True)").replace(
+        "x = x.to(device, non_blocking=True)", "x = x.to(device, **opts)\n            y = y.to(device)")
+    assert fixed_lines(tmp_path, source, "TL203") == {15: True}  # y: fixed; x: not even reported
+
+
+def test_every_rule_that_adds_keywords_is_in_the_table():
+    """A rule that calls `set_keyword` adds keywords: it must have its `**kwargs` case here."""
+    covered = set(ADDS_KEYWORD) | {"TL203"}  # test_non_blocking_is_not_added_beside_double_star_kwargs
+    adding = {rule.code for rule in all_rules()
+              if "set_keyword(" in Path(ROOT / "rules" / f"{rule.__module__.rsplit('.', 1)[1]}.py").read_text()}
+    assert adding <= covered, f"add a **kwargs case for {sorted(adding - covered)}"
+
+
+class AddsFused(Rule):
+    """## What it does\n\nA rule without guards of its own, to show the engine's."""
+
+    code = "TL999"
+    name = "adds-fused"
+    kind = "performance"
+    summary = "test rule"
+    fix_applicability = "safe"
+    triggers = ("Adam",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if dotted_name(node.func) == "torch.optim.Adam" and keyword_arg(node, "fused") is None:
+            new = set_keyword(node, "fused", cst.Name("True"))
+            self.report(node, "no fused", self.fix("Pass fused=True", self.replace(node, new)))
+
+
+class RewritesTrainerFlag(Rule):
+    """## What it does\n\nReplaces an argument with text, and writes its fix from the end of the module."""
+
+    code = "TL998"
+    name = "rewrites-trainer-flag"
+    kind = "migration"
+    summary = "test rule"
+    fix_applicability = "safe"
+    triggers = ("Trainer",)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.found: list[cst.Arg] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if dotted_name(node.func) == "Trainer":
+            self.found += [a for a in node.args if a.keyword is not None and a.keyword.value == "gpus"]
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for arg in self.found:  # far from the argument: the engine finds where it is
+            self.report(arg, "gpus", self.fix("devices", self.replace(arg, f'accelerator="gpu", devices={1}')))
+
+
+def engine_fixes(tmp_path, source: str, rule: type[Rule]) -> list[bool]:
+    settings = resolve_settings(tmp_path, isolated=True, unsafe_fixes=True)
+    return [d.fix is not None for d in lint_source(source, "t.py", settings, rules=(rule,))]
+
+
+@pytest.mark.parametrize("source, fixed", [
+    ("torch.optim.Adam(params)\n", True),
+    ("torch.optim.Adam(params, **opts)\n", False),
+    ("torch.optim.Adam(*groups, lr=0.1)\n", True),  # `*args` cannot hold a keyword
+])
+def test_the_engine_withholds_a_keyword_beside_double_star_whatever_the_rule(tmp_path, source, fixed):
+    assert engine_fixes(tmp_path, source, AddsFused) == [fixed]
+
+
+@pytest.mark.parametrize("source, fixed", [
+    ("Trainer(gpus=1, max_epochs=3)\n", True),
+    ("Trainer(gpus=1, **trainer_kwargs)\n", False),
+    ("if args.devices > 1:\n    Trainer(gpus=args.devices)\n", False),
+    ("if args.max_epochs > 1:\n    Trainer(gpus=1)\n", True),
+])
+def test_the_engine_guards_argument_edits_written_from_anywhere(tmp_path, source, fixed):
+    assert engine_fixes(tmp_path, source, RewritesTrainerFlag) == [fixed]
+
+
+# --- a fix inside a branch that tests the setting it changes --------------------------------------
+
+@pytest.mark.parametrize("test", [
+    "if args.fused:\n        pass\n    else:\n        ",
+    "if not use_fused_adam:\n        ",
+    "if cfg['fused'] is False:\n        ",
+    "while not getattr(args, 'fused', False):\n        ",
+])
+def test_the_engine_withholds_a_fix_in_a_branch_testing_its_setting(tmp_path, test):
+    source = "def main():\n    " + test + "torch.optim.Adam(params)\n"
+    assert engine_fixes(tmp_path, source, AddsFused) == [False]
+    unrelated = "def main():\n    " + test.replace("fused", "verbose") + "torch.optim.Adam(params)\n"
+    assert engine_fixes(tmp_path, unrelated, AddsFused) == [True]
+
+
+BRANCHES = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+
+
+def main():
+    if args.use_bias:
+        net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+    else:
+        net = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))
+    model = net.to(device)
+    if args.fused:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if cfg["persistent_workers"]:
+        pass
+    else:
+        loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)
+    for epoch in range(3):
+        for x, y in loader:
+            x = x.to(device) if not args.non_blocking else x.to(device, non_blocking=True)
+            if args.set_to_none is False:
+                optimizer.zero_grad(set_to_none=False)
+            if device.type == "cuda":
+                mask = torch.zeros(3).to(device)
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("code, line", [
+    ("TL401", 10),  # bias, under `if args.use_bias` (reported from the end of the file)
+    ("TL302", 17),  # fused, in the else of `if args.fused`
+    ("TL603", 21),  # persistent_workers, in the else of `if cfg["persistent_workers"]`
+    ("TL203", 24),  # non_blocking, in the branch of `... if not args.non_blocking else ...`
+    ("TL301", 26),  # set_to_none, under `if args.set_to_none is False`
+])
+def test_rules_fixes_are_withheld_in_a_branch_testing_their_setting(tmp_path, code, line):
+    assert fixed_lines(tmp_path, BRANCHES, code).get(line) is False
+
+
+def test_a_branch_on_another_setting_keeps_the_fix(tmp_path):
+    # `if device.type == "cuda"`: the fix moves `device` into the factory, it does not change it
+    assert fixed_lines(tmp_path, BRANCHES, "TL201") == {28: True}
+
+
+def test_fix_all_leaves_every_guarded_branch_as_written(tmp_path):
+    settings = resolve_settings(tmp_path, isolated=True, select=["ALL"], unsafe_fixes=True)
+    fixed = fix_source(BRANCHES, "train.py", settings).source
+    for kept in ("nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n", "AdamW(model.parameters(), lr=1e-3)\n",
+                 "optimizer.zero_grad(set_to_none=False)", "x.to(device) if not args.non_blocking",
+                 'num_workers=4, pin_memory=True)\n'):
+        assert kept in fixed, kept
+    assert 'mask = torch.zeros(3, device=device)' in fixed
+    compile(fixed, "train.py", "exec")
+
+
+# --- fallbacks for other versions are not "migrated" away -------------------------------------------
+
+FALLBACKS = """\
+import torch
+
+try:
+    from torch.amp import GradScaler
+except ImportError:
+    from torch.cuda.amp import GradScaler
+
+try:
+    scaler = torch.amp.GradScaler("cuda")
+except AttributeError:
+    scaler = torch.cuda.amp.GradScaler()
+
+if TORCH_GREATER_EQUAL_2_3:
+    scaler = torch.amp.GradScaler("cuda")
+else:
+    scaler = torch.cuda.amp.GradScaler()
+
+amp_scaler = torch.cuda.amp.GradScaler() if not hasattr(torch, "amp") else torch.amp.GradScaler("cuda")
+
+try:
+    from apex import amp
+    HAS_APEX = True
+except ImportError:
+    amp = None
+    HAS_APEX = False
+
+try:
+    from torch.cuda.amp import autocast
+except ImportError:
+    autocast = None
+
+
+def make_scaler():
+    if TORCH_GREATER_EQUAL_2_4:
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()  # the other branch, without `else`
+
+
+with torch.cuda.amp.autocast():
+    pass
+"""
+
+
+def test_version_fallbacks_are_not_migrated(tmp_path):
+    found = {(d.line + 1, d.code): d.fix is not None for code in ("TL701", "TL702")
+             for d in diagnostics(tmp_path, FALLBACKS, code)}
+    # only the unconditional old spelling at the end is migrated
+    assert found == {(FALLBACKS.splitlines().index("with torch.cuda.amp.autocast():") + 1, "TL701"): True}
+
+
+def test_fix_keeps_every_fallback_chain(project):
+    path = project / "train.py"
+    path.write_text(FALLBACKS)
+    result = run_torchlint("--fix", "--unsafe-fixes", "--select", "ALL", "--no-cache", "train.py", cwd=project)
+    assert result.returncode in (0, 1), result.stderr
+    fixed = path.read_text()
+    head, tail = FALLBACKS.rsplit("\n\nwith ", 1)
+    assert fixed.startswith(head), "a fallback chain was rewritten"
+    assert re.search(r"with torch\.amp\.autocast\(\"cuda\"\):", fixed)
+    compile(fixed, "train.py", "exec")

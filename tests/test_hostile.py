@@ -1,0 +1,389 @@
+"""Hostile input through the real CLI: whatever a file holds or whatever happens to it on disk,
+torchlint never damages it, never prints a Python traceback, and says in one line what went wrong
+and with which file. The other files of the run are still checked (and fixed)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, run_torchlint
+from torchlint import fileio, runner
+from torchlint.cli import main
+
+MOVE = "import torch\n\nx = torch.zeros(3).cuda()\n"
+MOVE_FIXED = 'import torch\n\nx = torch.zeros(3, device="cuda")\n'
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project that selects the five guide rules, so that rules added later change nothing here."""
+    (tmp_path / "pyproject.toml").write_text(GUIDE_RULES_CONFIG)
+    return tmp_path
+
+
+def fix(project, *paths, unsafe=False):
+    args = ["--fix", "--no-cache", *(["--unsafe-fixes"] if unsafe else []), *(paths or ["."])]
+    return run_torchlint(*args, cwd=project)
+
+
+def assert_no_traceback(result) -> None:
+    err = result.stderr.decode() if isinstance(result.stderr, bytes) else result.stderr
+    out = result.stdout.decode() if isinstance(result.stdout, bytes) else result.stdout
+    assert "Traceback" not in err + out, err
+
+
+def error_lines(result) -> list[str]:
+    err = result.stderr.decode() if isinstance(result.stderr, bytes) else result.stderr
+    return [line for line in err.splitlines() if line.startswith("torchlint: error:")]
+
+
+def in_process(project, monkeypatch, *args):
+    """The CLI in this process, for the tests that make the file system misbehave on cue."""
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert_no_traceback(result)
+    return result
+
+
+# --- what a file holds ---------------------------------------------------------------------------
+
+PYTHON2 = b'import torch\nprint "training"\ntry:\n    x = torch.zeros(3).cuda()\nexcept Exception, e:\n    pass\n'
+BROKEN = b"import torch\ndef train(:\n    x = torch.zeros(3).cuda()\n"
+
+
+def test_syntax_errors_and_python2_are_tl000_and_left_alone(project):
+    (project / "py2.py").write_bytes(PYTHON2)
+    (project / "broken.py").write_bytes(BROKEN)
+    (project / "train.py").write_text(LEAK)
+    result = fix(project)
+    out = result.stdout.decode()
+    assert result.returncode == 1, result.stderr
+    assert "broken.py:2:11: TL000 SyntaxError: invalid syntax" in out
+    assert "py2.py:2:1: TL000 SyntaxError: Missing parentheses in call to 'print'" in out
+    assert (project / "py2.py").read_bytes() == PYTHON2
+    assert (project / "broken.py").read_bytes() == BROKEN
+    assert (project / "train.py").read_text() == LEAK_FIXED  # the others are still fixed
+    assert result.stderr == b""
+
+
+def test_latin1_file_is_fixed_and_written_back_in_latin1(project):
+    source = "# -*- coding: latin-1 -*-\n# Entraînement: données réelles\n" + LEAK.replace(
+        "import torch\n", "import torch\nlabel = 'été'\n")
+    path = project / "train.py"
+    path.write_bytes(source.encode("latin-1"))
+    result = fix(project, "train.py")
+    assert result.returncode == 0, result.stderr
+    expected = source.replace("losses.append(loss)", "losses.append(loss.detach())").encode("latin-1")
+    assert path.read_bytes() == expected
+    assert b"\xe9t\xe9" in path.read_bytes()  # still latin-1 bytes, not UTF-8
+
+
+def test_bom_is_kept(project):
+    path = project / "train.py"
+    path.write_bytes(b"\xef\xbb\xbf# d\xc3\xa9j\xc3\xa0 vu\n" + LEAK.encode())
+    assert fix(project, "train.py").returncode == 0
+    assert path.read_bytes() == b"\xef\xbb\xbf# d\xc3\xa9j\xc3\xa0 vu\n" + LEAK_FIXED.encode()
+
+
+def test_crlf_is_kept(project):
+    path = project / "train.py"
+    path.write_bytes(LEAK.replace("\n", "\r\n").encode())
+    assert fix(project, "train.py").returncode == 0
+    assert path.read_bytes() == LEAK_FIXED.replace("\n", "\r\n").encode()
+
+
+def test_mixed_newlines_only_the_fixed_span_changes(project):
+    lines = LEAK.splitlines(keepends=True)
+    endings = ["\r\n", "\n", "\r", "\r\n", "\n", "\r", "\r\n"]
+    original = "".join(line.replace("\n", end) for line, end in zip(lines, endings)).encode()
+    path = project / "train.py"
+    path.write_bytes(original)
+    result = fix(project, "train.py")
+    assert result.returncode == 0, result.stderr
+    assert path.read_bytes() == original.replace(b"losses.append(loss)", b"losses.append(loss.detach())")
+
+
+def test_a_multi_line_fix_in_a_crlf_file_writes_crlf(project):
+    source = "import torch\r\nimport torch.nn as nn\r\n\r\nmodel = nn.DataParallel(nn.Linear(2, 2))\r\n"
+    path = project / "dp.py"
+    path.write_bytes(source.encode())
+    assert fix(project, "dp.py", unsafe=True).returncode == 0
+    data = path.read_bytes()
+    assert b"def _distributed_data_parallel(module):\r\n" in data
+    assert b"\n" not in data.replace(b"\r\n", b"")  # no bare LF was introduced
+    compile(data, "dp.py", "exec")
+
+
+def test_tab_indentation_is_kept(project):
+    path = project / "train.py"
+    source = LEAK.replace("    ", "\t")
+    path.write_text(source)
+    assert fix(project, "train.py").returncode == 0
+    assert path.read_text() == source.replace("losses.append(loss)", "losses.append(loss.detach())")
+
+
+def test_form_feeds(project):
+    # a page break between top-level statements is kept and the fix lands where it belongs
+    paged = project / "paged.py"
+    paged.write_text(LEAK.replace("losses = []\n", "losses = []\n\x0c\n"))
+    # LibCST drops a form feed in the indentation when it prints the tree back, so its positions
+    # are off after it: the finding is reported, and the file is not touched
+    indented = project / "indented.py"
+    indented_source = LEAK.replace("    loss = criterion", "\x0c    loss = criterion")
+    indented.write_text(indented_source)
+    result = fix(project, "paged.py", "indented.py")
+    assert_no_traceback(result)
+    assert paged.read_text() == LEAK_FIXED.replace("losses = []\n", "losses = []\n\x0c\n")
+    assert indented.read_text() == indented_source
+    assert "indented.py:7" in result.stdout.decode() and "TL101" in result.stdout.decode()
+    assert result.returncode == 1 and result.stderr == b""
+
+
+def test_empty_and_comment_only_files(project):
+    (project / "empty.py").write_bytes(b"")
+    (project / "comment.py").write_bytes(b"# nothing here")  # no final newline either
+    result = fix(project)
+    assert result.returncode == 0, result.stderr
+    assert (project / "empty.py").read_bytes() == b""
+    assert (project / "comment.py").read_bytes() == b"# nothing here"
+
+
+def test_a_fix_on_the_last_line_without_a_newline(project):
+    path = project / "m.py"
+    path.write_text(MOVE.rstrip("\n"))
+    assert fix(project, "m.py").returncode == 0
+    assert path.read_text() == MOVE_FIXED.rstrip("\n")
+
+
+def test_binary_files_named_py(project):
+    (project / "blob.py").write_bytes(bytes(range(256)) * 4)
+    (project / "zeros.py").write_bytes(b"\x00" * 64)
+    (project / "m.py").write_text(MOVE)
+    result = fix(project)
+    out = result.stdout.decode()
+    assert result.returncode == 1
+    assert "blob.py:1:1: TL000 cannot decode the file: not valid utf-8 text" in out
+    assert "zeros.py:1:1: TL000 cannot decode the file: it contains NUL bytes" in out
+    assert (project / "blob.py").read_bytes() == bytes(range(256)) * 4
+    assert (project / "m.py").read_text() == MOVE_FIXED
+    assert result.stderr == b""
+
+
+def test_a_30k_line_file(project):
+    function = ('def scale_{i}(values, factor=2):\n    """Scale the values ({i})."""\n    total = 0\n'
+                "    for value in values:\n        total += value * factor  # accumulate\n    return total\n\n\n")
+    body = "import torch\n\n\n" + "".join(function.format(i=i) for i in range(3750))
+    path = project / "big.py"
+    path.write_text(body + MOVE.split("\n\n", 1)[1])
+    line = body.count("\n") + 1
+    assert line > 30000
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    result = run_torchlint("--no-cache", "big.py", cwd=project)
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before
+    assert result.returncode == 1, result.stderr
+    assert f"big.py:{line}:5: TL201" in result.stdout.decode()
+    # measured: about 4 s of CPU on the CI machine (1.4 s of it LibCST's parse); a cost that grows
+    # faster than the file would show here many times over
+    assert cpu < 20, f"{cpu:.1f} s of CPU for a 30k-line file"
+
+
+DEEP = {
+    # CPython refuses more than 200 nested brackets; LibCST's native parser would crash the process
+    # on a couple of thousand
+    "parens": ("x = " + "(" * 1000 + "1" + ")" * 1000, "TL000 SyntaxError: too many nested parentheses"),
+    "chain": ("x = " + "+".join(["a"] * 5000), "TL000 torchlint cannot analyze this file"),
+    "boolean": ("x = " + " and ".join(["a"] * 50000), "TL000 torchlint cannot analyze this file"),
+    "strings": ("x = " + " ".join(['"a"'] * 8000), "TL000 torchlint cannot analyze this file"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(DEEP))
+def test_deeply_nested_expressions(project, shape):
+    code, expected = DEEP[shape]
+    source = MOVE + code + "\n"
+    (project / "deep.py").write_text(source)
+    (project / "m.py").write_text(MOVE)
+    result = fix(project)
+    assert_no_traceback(result)
+    assert result.returncode == 1, result.stderr
+    assert expected in result.stdout.decode()
+    assert (project / "deep.py").read_text() == source
+    assert (project / "m.py").read_text() == MOVE_FIXED
+    assert result.stderr == b""
+
+
+def test_brackets_nested_as_deep_as_python_allows(project):
+    # 199 levels: Python's limit is 200. Every rule reads it, inside a training loop; whatever a
+    # rule's recursion makes of it, the outcome is a finding or a TL000, never a crash.
+    source = LEAK + "    y = " + "f(" * 199 + "x" + ")" * 199 + "\n" + MOVE.split("\n\n", 1)[1]
+    (project / "deep.py").write_text(source)
+    result = run_torchlint("--fix", "--unsafe-fixes", "--select", "ALL", "--no-cache", "deep.py", cwd=project)
+    assert_no_traceback(result)
+    assert result.returncode in (0, 1) and result.stderr == b""
+    compile((project / "deep.py").read_text(), "deep.py", "exec")
+
+
+def test_a_recursion_error_in_the_analysis_is_tl000(project, monkeypatch):
+    from torchlint import engine
+
+    def overflow(*args):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    (project / "m.py").write_text(MOVE)
+    monkeypatch.setattr(engine, "walk", overflow)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", "m.py")
+    assert result.exit_code == 1
+    assert "m.py:1:1: TL000 torchlint cannot analyze this file: an expression nests too deeply" in result.stdout
+    assert (project / "m.py").read_text() == MOVE
+
+
+# --- what the file system holds ------------------------------------------------------------------
+
+def test_a_directory_named_like_a_python_file(project):
+    (project / "x.py").mkdir()
+    (project / "x.py" / "inner.py").write_text(MOVE)
+    result = run_torchlint("--no-cache", "x.py", cwd=project)
+    assert result.returncode == 1 and "x.py/inner.py:3:5: TL201" in result.stdout.decode()
+    assert fix(project).returncode == 0
+    assert (project / "x.py" / "inner.py").read_text() == MOVE_FIXED
+
+
+def test_symlink_loops(project):
+    (project / "sub").mkdir()
+    (project / "sub" / "m.py").write_text(MOVE)
+    (project / "sub" / "up").symlink_to("..")
+    (project / "sub" / "me").symlink_to("../sub")
+    (project / "self.py").symlink_to("self.py")
+    (project / "dangling.py").symlink_to("nowhere.py")
+    result = run_torchlint("--no-cache", ".", cwd=project)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.decode().count("TL201") == 1  # found once, not once per way round the loop
+    assert result.stderr == b""
+    named = run_torchlint("--no-cache", "self.py", "sub", cwd=project)
+    assert named.returncode == 2
+    assert error_lines(named) == ["torchlint: error: self.py: a broken symbolic link or a symlink loop"]
+    assert "sub/m.py:3:5: TL201" in named.stdout.decode()
+    assert_no_traceback(named)
+
+
+def test_a_fifo_named_py_does_not_block(project):
+    os.mkfifo(project / "pipe.py")
+    (project / "m.py").write_text(MOVE)
+    walked = run_torchlint("--no-cache", ".", cwd=project)
+    assert walked.returncode == 1 and "m.py:3:5: TL201" in walked.stdout.decode()
+    named = run_torchlint("--no-cache", "pipe.py", cwd=project)
+    assert named.returncode == 2
+    assert error_lines(named) == ["torchlint: error: pipe.py: not a file or directory"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway; "
+                                                "test_an_unreadable_file_in_process covers it")
+def test_an_unreadable_file(project):
+    path = project / "secret.py"
+    path.write_text(MOVE)
+    path.chmod(0)
+    (project / "m.py").write_text(MOVE)
+    result = fix(project)
+    path.chmod(0o644)
+    assert result.returncode == 2
+    assert error_lines(result) == ["torchlint: error: secret.py: permission denied"]
+    assert path.read_text() == MOVE
+    assert (project / "m.py").read_text() == MOVE_FIXED
+
+
+def test_an_unreadable_file_in_process(project, monkeypatch):
+    (project / "secret.py").write_text(MOVE)
+    (project / "m.py").write_text(MOVE)
+    read_bytes = type(project).read_bytes
+
+    def refuse(path):
+        if path.name == "secret.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(type(project), "read_bytes", refuse)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", ".")
+    assert result.exit_code == 2
+    assert error_lines(result) == ["torchlint: error: secret.py: permission denied"]
+    assert (project / "m.py").read_text() == MOVE_FIXED
+
+
+def test_a_read_only_file_is_not_fixed(project):
+    path = project / "m.py"
+    path.write_text(MOVE)
+    path.chmod(0o444)
+    result = fix(project, "m.py")
+    assert result.returncode == 2
+    assert error_lines(result) == [
+        "torchlint: error: m.py: the file is read-only; not fixed (make it writable to fix it)"]
+    assert path.read_text() == MOVE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert "m.py:3:5: TL201" in result.stdout.decode()  # still reported
+    assert_no_traceback(result)
+
+
+def test_a_file_changed_on_disk_meanwhile_is_not_overwritten(project, monkeypatch):
+    path = project / "m.py"
+    path.write_text(MOVE)
+    theirs = MOVE + "y = 1  # saved from the editor while torchlint worked\n"
+    check_text = runner.check_text
+
+    def check_then_someone_saves(*args, **kwargs):
+        result = check_text(*args, **kwargs)
+        path.write_text(theirs)
+        return result
+
+    monkeypatch.setattr(runner, "check_text", check_then_someone_saves)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", "m.py")
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        "torchlint: error: m.py: changed on disk while torchlint was working; not overwritten, run again"]
+    assert path.read_text() == theirs
+
+
+@pytest.mark.parametrize("step", ["fsync", "chmod", "replace"])
+def test_an_interrupt_during_the_write(project, monkeypatch, step):
+    path = project / "m.py"
+    path.write_text(MOVE)
+    (project / "z.py").write_text(MOVE)  # checked after m.py: never reached
+    real = getattr(fileio.os, step)
+
+    def interrupt(*args, **kwargs):
+        if step != "chmod" or str(args[0]).endswith(".torchlint.tmp"):
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fileio.os, step, interrupt)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", "m.py", "z.py")
+    assert result.exit_code == 130
+    assert error_lines(result) == [
+        "torchlint: error: interrupted; files already fixed were written whole, the others are untouched"]
+    assert path.read_text() == MOVE
+    assert (project / "z.py").read_text() == MOVE
+    assert sorted(p.name for p in project.iterdir()) == ["m.py", "pyproject.toml", "z.py"]  # no temp file
+
+
+def test_a_crash_in_a_rule_stops_neither_the_run_nor_the_other_files(project, monkeypatch):
+    (project / "a.py").write_text(MOVE)
+    (project / "b.py").write_text(MOVE)
+    check_text = runner.check_text
+
+    def crash_on_a(source, path, *args, **kwargs):
+        if path.endswith("a.py"):
+            raise AttributeError("'NoneType' object has no attribute 'value'")
+        return check_text(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "check_text", crash_on_a)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", ".")
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        "torchlint: error: a.py: internal error (AttributeError: 'NoneType' object has no attribute 'value'); "
+        "the file was left as it was. Please report it (set TORCHLINT_DEBUG=1 for the traceback)"]
+    assert (project / "a.py").read_text() == MOVE
+    assert (project / "b.py").read_text() == MOVE_FIXED
