@@ -88,6 +88,10 @@ class BiasBeforeNorm(Rule):
     fix_applicability = "unsafe"
     triggers = ("BatchNorm",)
 
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return "BatchNorm" in text and ("Conv" in text or "Linear" in text)
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self.classes: list[_ClassLayers] = []

@@ -56,6 +56,8 @@ factory does not take (`memory_format`, `copy`).
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.matching import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, is_literal, keyword_arg,
@@ -63,6 +65,8 @@ from torchlint.matching import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, Device
 from torchlint.rule import FixSpec, Rule, RuleContext
 
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+# A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
+MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*)*\.\s*(?:cuda|to)\s*\(")
 
 
 def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
@@ -124,6 +128,10 @@ class MoveAfterCreate(Rule):
     summary = "A factory-made tensor moved right away instead of created on the device (`device=`)"
     fix_applicability = "safe"
     triggers = (".cuda(", ".to(")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return MOVE_AFTER_CALL.search(text) is not None
     options = {"device-names": (list, [], "More variable names to treat as devices")}
 
     def visit_Call(self, node: cst.Call) -> None:
