@@ -55,7 +55,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.diagnostics import Severity
-from torchlint.matching import uses_reduced_precision
+from torchlint.matching import may_train_on_cuda, uses_reduced_precision
 from torchlint.rule import Rule
 
 class ChannelsLast(Rule):
@@ -65,6 +65,10 @@ class ChannelsLast(Rule):
     summary = "Mixed-precision CNN training in NCHW instead of `memory_format=torch.channels_last`"
     severity = Severity.INFORMATION
     triggers = ("Conv2d", "torchvision")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return super().applies(text) and may_train_on_cuda(text)
     scope = "file"  # reads the whole module: its training loops, wherever they are
 
     def leave_Module(self, original_node: cst.Module) -> None:

@@ -57,6 +57,7 @@ import re
 
 import libcst as cst
 
+from torchlint.matching import may_train_on_cuda
 from torchlint.rule import Rule
 
 ALREADY_DECIDED = ("cudnn.benchmark", "cudnn.deterministic", "use_deterministic_algorithms")
@@ -71,6 +72,10 @@ class CudnnBenchmark(Rule):
     summary = "Convolutional CUDA training without `torch.backends.cudnn.benchmark = True`"
     fix_applicability = "unsafe"
     triggers = ("Conv", "torchvision")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return super().applies(text) and may_train_on_cuda(text)
     scope = "file"  # reads the whole module: its training loops, wherever they are
 
     def leave_Module(self, original_node: cst.Module) -> None:

@@ -58,7 +58,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import has_star_args, keyword_arg, mentions_cuda, parse_expression, set_keyword
+from torchlint.matching import (has_star_args, keyword_arg, may_train_on_cuda, mentions_cuda, parse_expression,
+                                set_keyword)
 from torchlint.rule import Rule
 
 # optimizer -> the first torch release whose constructor takes fused=True
@@ -76,6 +77,10 @@ class FusedOptimizer(Rule):
     summary = "Adam/AdamW/SGD on CUDA without `fused=True` (one kernel per update instead of many)"
     fix_applicability = "unsafe"
     triggers = ("Adam", "SGD")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return super().applies(text) and may_train_on_cuda(text)
     scope = "file"  # reads the whole module: its training loops, wherever they are
     torch_versions = ">=2.0"
 

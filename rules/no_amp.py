@@ -78,7 +78,7 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import amp_constructor, method_call, root_names, uses_reduced_precision
+from torchlint.matching import amp_constructor, may_train_on_cuda, method_call, root_names, uses_reduced_precision
 from torchlint.rule import Rule
 
 # Libraries that own the precision of the loop (their own flags turn mixed precision on).
@@ -104,6 +104,10 @@ class NoAmp(Rule):
     summary = "A float32 CUDA training loop without autocast (mixed precision)"
     fix_applicability = "unsafe"
     triggers = ("backward",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return may_train_on_cuda(text)
     torch_versions = ">=1.10"
     default_enabled = False
 

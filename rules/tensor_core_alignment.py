@@ -73,6 +73,10 @@ class TensorCoreAlignment(Rule):
     summary = "Linear/Embedding sizes that are not multiples of 8 under float16/bfloat16"
     severity = Severity.INFORMATION
     triggers = ("Linear", "Embedding")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return super().applies(text) and uses_reduced_precision(text) and ("__main__" in text or "backward" in text)
     options = {"min-size": (int, 64, "Sizes below this are not reported")}
 
     def visit_Call(self, node: cst.Call) -> None:

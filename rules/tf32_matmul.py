@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import uses_reduced_precision
+from torchlint.matching import may_train_on_cuda, uses_reduced_precision
 from torchlint.rule import Rule
 
 ALREADY_DECIDED = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
@@ -75,6 +75,10 @@ class Tf32Matmul(Rule):
     summary = "float32 CUDA training without TF32 matmuls (`torch.set_float32_matmul_precision(\"high\")`)"
     fix_applicability = "unsafe"
     triggers = ("backward",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return may_train_on_cuda(text)
     scope = "file"  # reads the whole module: its training loops, wherever they are
     torch_versions = ">=1.12"
 

@@ -581,6 +581,12 @@ def mentions_cuda(source: str) -> bool:
     return bool(CUDA_MENTION.search(source))
 
 
+def may_train_on_cuda(source: str) -> bool:
+    """A cheap prefilter for rules about CUDA training scripts: a training loop calls
+    ``backward`` and the file names CUDA somewhere. Never false for a file they would fire on."""
+    return "backward" in source and mentions_cuda(source)
+
+
 def uses_reduced_precision(source: str) -> bool:
     return bool(REDUCED_PRECISION.search(source))
 
