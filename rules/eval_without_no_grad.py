@@ -59,7 +59,7 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import (MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
+from torchlint.matching import (EVAL_FUNCTION, MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
                                 with_item_disables_grad)
 from torchlint.rule import Rule
 
@@ -70,6 +70,9 @@ WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torc
 LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(validation|test|predict)_|_epoch_end$")
 
 
+LOOP_KEYWORD = re.compile(r"\b(?:for|while)\b")
+FUNCTION_NAME = re.compile(r"\bdef\s+(\w+)")
+
 class EvalWithoutNoGrad(Rule):
     code = "TL103"
     name = "eval-without-no-grad"
@@ -79,6 +82,15 @@ class EvalWithoutNoGrad(Rule):
     # `eval` and `validate` contain "val"; the no_grad spellings keep the definitions that call an
     # evaluation function under no_grad in view
     triggers = ("val", "test", "predict", "infer", "no_grad", "inference_mode", "set_grad_enabled")
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # an evaluation loop: a loop after `.eval()`/`.train(...)`, or in a function named like one
+        if not LOOP_KEYWORD.search(text):
+            return False
+        if ".eval(" in text or ".train(" in text:
+            return True
+        return any(EVAL_FUNCTION.search(name) for name in FUNCTION_NAME.findall(text))
 
     def __init__(self, ctx):
         super().__init__(ctx)

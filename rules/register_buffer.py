@@ -55,6 +55,8 @@ registered as a buffer.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.matching import (INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, contains, dotted_name,
@@ -73,6 +75,8 @@ CASTS = {"bool": "int", "long": "int", "int": "int", "short": "int", "byte": "in
 TENSOR_FACTORY_NAMES = frozenset(TENSOR_FACTORIES.values())
 
 
+MOVE_CALL = re.compile(r"\.\s*(?:to|cuda)\s*\(")
+
 class RegisterBuffer(Rule):
     code = "TL205"
     name = "register-buffer"
@@ -80,6 +84,11 @@ class RegisterBuffer(Rule):
     summary = "A tensor attribute made on a device in a module's `__init__`: register it as a buffer"
     fix_applicability = "safe"
     triggers = ("__init__", "Module")  # `Module`: keeps in-file base classes in view
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # a tensor made on a device in `__init__`: `device=...`, `.to(...)` or `.cuda(...)`
+        return "__init__" in text and ("device" in text or MOVE_CALL.search(text) is not None)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         function = self.ctx.enclosing_function()

@@ -4,9 +4,14 @@ and with which file. The other files of the run are still checked (and fixed).""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +19,7 @@ from click.testing import CliRunner
 from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, run_torchlint
 from torchlint import fileio, runner
 from torchlint.cli import main
+from torchlint.rule import all_rules
 
 MOVE = "import torch\n\nx = torch.zeros(3).cuda()\n"
 MOVE_FIXED = 'import torch\n\nx = torch.zeros(3, device="cuda")\n'
@@ -243,6 +249,40 @@ def test_a_recursion_error_in_the_analysis_is_tl000(project, monkeypatch):
     assert (project / "m.py").read_text() == MOVE
 
 
+# Text shaped to make a backtracking regular expression take exponential or quadratic time.
+ADVERSARIAL = [")" + "#" * 5000 + "\n", ")\n" + "# " * 5000, ")" + " " * 20000, "(" * 20000, ")" * 20000,
+               "." * 20000, "a" * 20000, "\n" * 20000, " " * 20000 + "x", "x = " + "f()" * 5000,
+               '"' * 20000, "# noqa" + ":" * 20000]
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)
+def test_rule_prefilters_take_linear_time(rule):
+    """`applies()` reads every file's raw text before anything is parsed: a pattern that backtracks
+    (TL201's once took 2^n steps on `)` before a `####` banner line: torch/__init__.py hung it)."""
+    for text in ADVERSARIAL:
+        start = time.process_time()
+        rule.applies(text)
+        assert time.process_time() - start < 0.5, f"{rule.code} on {text[:12]!r}..."
+
+
+def test_banner_comments_after_a_call(project):
+    source = MOVE + "setup(\n    name='x',\n)\n" + "#" * 120 + "\n# section\n" + "#" * 120 + "\n"
+    (project / "m.py").write_text(source)
+    result = subprocess.run([sys.executable, "-m", "torchlint", "--fix", "--no-cache", "m.py"], cwd=project,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert (project / "m.py").read_text() == source.replace(MOVE, MOVE_FIXED)
+
+
+def test_a_notebook_line_of_spaces(project):
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": ["import torch\n", " " * 100000 + "\n", "x = torch.zeros(3).cuda()\n"]}
+    (project / "nb.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    result = subprocess.run([sys.executable, "-m", "torchlint", "--no-cache", "nb.ipynb"], cwd=project,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 1 and b"nb.ipynb:cell 1:3:5: TL201" in result.stdout, result.stdout + result.stderr
+
+
 # --- what the file system holds ------------------------------------------------------------------
 
 def test_a_directory_named_like_a_python_file(project):
@@ -367,6 +407,42 @@ def test_an_interrupt_during_the_write(project, monkeypatch, step):
     assert path.read_text() == MOVE
     assert (project / "z.py").read_text() == MOVE
     assert sorted(p.name for p in project.iterdir()) == ["m.py", "pyproject.toml", "z.py"]  # no temp file
+
+
+SLOW_RUN = """\
+import sys, time
+sys.path.pop(0)
+from torchlint import runner
+from torchlint.cli import main
+from torchlint.rule import all_rules
+check_file = runner.check_file
+
+def slow_check_file(*args):
+    time.sleep(0.25)
+    return check_file(*args)
+
+runner.check_file = slow_check_file
+main(["--fix", "--no-cache", "--jobs", "2", "."])
+"""
+
+
+def test_ctrl_c_during_a_parallel_run(project):
+    for i in range(160):  # 8 batches of 20 files, a quarter of a second each
+        (project / f"m{i:03}.py").write_text(MOVE)
+    process = subprocess.Popen([sys.executable, "-c", SLOW_RUN], cwd=project, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(4)  # the workers are busy fixing
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
+    interrupted = time.monotonic()
+    _, stderr = process.communicate(timeout=60)
+    # each worker stops after the file in hand, not at the end of its batch (5 s) or of the queue
+    assert time.monotonic() - interrupted < 4, "the workers ran on after Ctrl-C"
+    assert process.returncode == 130
+    assert stderr.decode().splitlines() == [
+        "torchlint: error: interrupted; files already fixed were written whole, the others are untouched"]
+    texts = [(project / f"m{i:03}.py").read_text() for i in range(160)]
+    assert set(texts) <= {MOVE, MOVE_FIXED} and texts.count(MOVE_FIXED) < 160
+    assert not list(project.glob("*.tmp")) and not list(project.glob(".*.tmp"))
 
 
 def test_a_crash_in_a_rule_stops_neither_the_run_nor_the_other_files(project, monkeypatch):

@@ -33,7 +33,7 @@ NOTEBOOK_SUFFIX = ".ipynb"
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "python", "python3", "pypy"})
 _BOUNDARY = "# torchlint: notebook cell boundary"
 _HELP = re.compile(r"^\s*(?:\?{1,2}[\w.*]+|[\w.*\[\]]+\?{1,2})\s*$")
-_MAGIC_ASSIGNMENT = re.compile(r"^\s*[\w.,\s()\[\]*]+=\s*[!%]")
+_MAGIC_ASSIGNMENT = re.compile(r"^[\w.,\s()\[\]*]+=\s*[!%]")  # no `^\s*`: the class has \s (quadratic)
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 

@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import json
 import os
+import signal
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -149,8 +150,24 @@ def _internal_error(path: str, error: Exception) -> str:
 PARALLEL_MIN_FILES = 64
 
 
+_stop = None  # in a worker: the parent's "stop between files" event
+
+
+def _start_worker(stop) -> None:
+    global _stop
+    _stop = stop
+    # Ctrl-C reaches every process of the group; the parent alone handles it and tells the workers
+    # to stop between files, so that no write is cut short and no queued batch runs on after it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _check_batch(batch: list[Path], settings, options: Options) -> list[FileResult]:
-    return [check_file(path, settings, options) for path in batch]
+    results = []
+    for path in batch:
+        if _stop is not None and _stop.is_set():
+            break
+        results.append(check_file(path, settings, options))
+    return results
 
 
 def check_files(files: list[Path], settings, options: Options, jobs: int = 0) -> list[FileResult]:
@@ -164,8 +181,15 @@ def check_files(files: list[Path], settings, options: Options, jobs: int = 0) ->
     # Interleaved batches spread large and small files evenly; fork shares the loaded rules.
     batches = [files[i::workers * 4] for i in range(workers * 4)]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        done = pool.map(_check_batch, batches, [settings] * len(batches), [options] * len(batches))
-        by_path = {result_path: result for batch in done for result_path, result in
-                   ((r.path, r) for r in batch)}
+    stop = context.Event()
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                                                initargs=(stop,)) as pool:
+        try:
+            done = pool.map(_check_batch, batches, [settings] * len(batches), [options] * len(batches))
+            by_path = {result_path: result for batch in done for result_path, result in
+                       ((r.path, r) for r in batch)}
+        except KeyboardInterrupt:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     return [by_path[display_path(path)] for path in files]
