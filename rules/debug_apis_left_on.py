@@ -45,8 +45,10 @@ difference is that a NaN in the backward pass no longer stops it with an error. 
 profiler bound with `as` (the code that reads its results must go too; remove both by hand). The
 rule does not fire for switches under an `if` (a debug flag) other than `if __name__ ==
 "__main__":`, with a non-literal argument (`set_detect_anomaly(args.debug)`, `enabled=flag`),
-inside a `try` block that handles errors (it relies on anomaly errors), in tests, or
-(for profilers, and for anomaly detection inside a function) away from any backward pass.
+inside a `try` block that handles errors (it relies on anomaly errors), in tests, or (for
+profilers and `with detect_anomaly()` blocks, which end with their block) away from any backward
+pass. `set_detect_anomaly(True)` as a statement switches anomaly detection on for the whole
+process, so it is reported wherever it is (in a model's `__init__` too).
 
 ## References
 
@@ -80,14 +82,18 @@ class DebugApisLeftOn(Rule):
     fix_applicability = "safe"
     triggers = ("anomaly", "profile", "emit_nvtx", "emit_itt")
 
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # the process-wide switch anywhere; the rest only near a backward pass or a Lightning fit
+        return "set_detect_anomaly" in text or super().applies(text) and any(
+            word in text for word in ("backward", ".fit(", "training_step"))
+
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
         if name not in ANOMALY_SWITCH or isinstance(self.ctx.parent, cst.WithItem):
             return
         if not self._switched_on(node, name) or not self._left_on():
-            return
-        if self.ctx.enclosing_function() is not None and not self._near_backward(self.ctx.enclosing_function().body):
-            return
+            return  # the switch is process-wide: wherever it is called, training runs with it
         fix = None
         statement = self.ctx.ancestors[-3] if len(self.ctx.ancestors) > 2 else None
         if isinstance(self.ctx.parent, cst.Expr) and isinstance(statement, cst.SimpleStatementLine):

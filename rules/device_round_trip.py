@@ -35,7 +35,9 @@ tensor just made by a factory (`torch.zeros(...)`, `torch.tensor(...)`) or `torc
 (nothing else holds it, or it is already on the CPU). Otherwise it is unsafe: when the tensor is
 already on the target device, `.cuda()`/`.to()` return the tensor itself rather than a copy, so
 writing into the result in place would now also change the original. The two-line form is
-reported without a fix: delete the line that moves the tensor to the CPU.
+reported without a fix: delete the line that moves the tensor to the CPU. A chain whose result
+is not used (`norm.cpu().cuda()` as a statement) moves a module in place, on purpose, and is not
+reported.
 
 ## References
 
@@ -69,8 +71,8 @@ class DeviceRoundTrip(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         back = self.ctx.device_move(node)
-        if back is None or back.method == "cpu" or back.to_cpu:
-            return
+        if back is None or back.method == "cpu" or back.to_cpu or isinstance(self.ctx.parent, cst.Expr):
+            return  # a dropped result: a module moved in place (`model.cpu().cuda()`), not a tensor
         there = self._move_to_cpu_below(node.func.value)
         if there is None:
             return

@@ -42,7 +42,9 @@ awaits (grad mode would leak into the consumer; decorate the function with `@tor
 instead). The rule stays silent when gradients are wanted in the function (`backward`,
 `torch.autograd.grad`, `enable_grad`, `requires_grad`, `torch.func` transforms), in Lightning's
 `validation_step`/`test_step`/`predict_step` hooks (the Trainer disables grad around them), for a
-function whose every call in the file is already under `no_grad`, and in tests (`test_*.py`,
+function whose every call in the file is already under `no_grad`, for a method known only by its
+name (no `.eval()` before the loop: frameworks such as Hugging Face pipelines call those under
+their own `no_grad`), and in tests (`test_*.py`,
 `tests/` folders, `test_*` functions, `Test*` classes), where speed is not the point.
 
 ## References
@@ -108,7 +110,8 @@ class EvalWithoutNoGrad(Rule):
         function = self.ctx.enclosing_function()
         if self._wants_grad(loop) or function is not None and (
                 LIGHTNING_EVAL_HOOKS.search(function.name.value)
-                or self._always_called_without_grad(function.name.value)):
+                or self._always_called_without_grad(function.name.value)
+                or self._framework_method(function)):
             return
         self._reported.add(id(loop))
         suspends = _Suspends()
@@ -118,6 +121,12 @@ class EvalWithoutNoGrad(Rule):
         self.report(node, f"`{model}(...)` runs in an evaluation loop with autograd on: every batch records a graph "
                           f"that is never used (memory and time); {advice}",
                     None if suspends.found else self._fix(loop))
+
+    def _framework_method(self, function: cst.FunctionDef) -> bool:
+        """A method known only by its name (no ``.eval()`` before the loop): frameworks call such
+        methods under their own no_grad (Hugging Face pipelines run ``_forward`` in one)."""
+        cls = self.ctx.enclosing_class()
+        return cls is not None and function in cls.body.body and not self.ctx.eval_mode_set()
 
     def _wants_grad(self, loop: cst.CSTNode) -> bool:
         """Gradients are asked for in the loop or beside it in its block (a training loop there

@@ -71,6 +71,11 @@ class HostSyncInLoop(Rule):
     triggers = (".item()", ".cpu()", ".numpy()", ".tolist()", "print(")
     default_enabled = False
 
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # a training loop calls backward (`loss.backward()`, `manual_backward`), or it is Lightning's
+        return super().applies(text) and ("backward" in text or "training_step" in text)
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self._reported_lines: set[int] = set()
@@ -79,10 +84,10 @@ class HostSyncInLoop(Rule):
         what = self._sync(node)
         if what is None:
             return
-        scope = self.ctx.step_loop()
-        if scope is None and not self.ctx.in_training_step() or self.ctx.in_test_code():
+        loop = self.ctx.step_loop()
+        if loop is None and not self.ctx.in_training_step() or self.ctx.in_test_code():
             return
-        if not self._every_step(node, scope):
+        if not self._every_step(node, loop):
             return
         position = self.ctx.statement_position()
         if position is None or id(position[0]) in self._reported_lines:

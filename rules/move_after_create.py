@@ -68,7 +68,7 @@ PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 # A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
-MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*)*\.\s*(?:cuda|to)\s*\(")
+MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
 
 
 def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()

@@ -2,7 +2,8 @@
 ## What it does
 
 Finds a tensor made by a factory with `requires_grad=True` and then moved to a device:
-`torch.randn(3, requires_grad=True).cuda()`, `torch.zeros(n, requires_grad=True).to(device)`.
+`torch.randn(3, requires_grad=True).cuda()`, `torch.zeros(n, requires_grad=True).to(device)`; and
+a parameter moved on its own: `self.w = nn.Parameter(torch.randn(n)).cuda()`.
 
 ## Why is it wrong
 
@@ -11,7 +12,9 @@ operations like any other: what they return is computed from that leaf, so it is
 itself. Autograd fills `.grad` only for leaves, so after `backward()` the moved tensor's `.grad`
 stays `None` (PyTorch warns about reading it), an optimizer given the tensor never changes it, and
 the CPU leaf that does get the gradient is no longer referenced by anyone. The code reads as "a
-trainable tensor on the GPU" and trains nothing. It is also slow in the way TL201
+trainable tensor on the GPU" and trains nothing. A moved `nn.Parameter` is worse still: the copy
+is a plain tensor, so a module does not even register it (it is missing from `parameters()` and
+the `state_dict`). It is also slow in the way TL201
 `move-after-create` describes: the values are made on the CPU and then copied.
 
 ## Example
@@ -19,12 +22,14 @@ trainable tensor on the GPU" and trains nothing. It is also slow in the way TL20
 ```python
 weights = torch.randn(784, 10, requires_grad=True).cuda()
 optimizer = torch.optim.SGD([weights], lr=0.1)  # weights.grad is None after backward
+self.w = nn.Parameter(torch.randn(n)).cuda()  # not in model.parameters()
 ```
 
 ## Use instead
 
 ```python
 weights = torch.randn(784, 10, requires_grad=True, device="cuda")
+self.w = nn.Parameter(torch.randn(n, device="cuda"))  # or build the module, then `model.to(device)`
 ```
 
 ## Fix safety
@@ -34,8 +39,11 @@ gets the same values, made on the device, and becomes the leaf the code meant it
 random factories (`rand`, `randn`, `randint`...): the CUDA generator gives other numbers than the
 CPU one for the same seed. Like TL201, no fix when the factory takes `**kwargs` (it may already
 carry `device`), when the move does more than move (`memory_format=`, `copy=`), or when both the
-factory and `.to()` give a dtype. The rule does not fire when the moved tensor is wrapped in
-`nn.Parameter(...)` (which makes a new leaf; TL201 reports the wasted copy) or detached. It
+factory and `.to()` give a dtype. For a moved `nn.Parameter(...)`, the fix gives the device to the
+factory inside it (same safety as above) and is withheld when the data is not a factory call.
+The rule does not fire when the moved tensor is wrapped in `nn.Parameter(...)` (which makes a new
+leaf; TL201 reports the wasted copy), is detached, or is a parameter made with
+`requires_grad=False`. It
 reads TL201's `device-names` option to know which variable names hold devices.
 
 ## References
@@ -50,8 +58,11 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.diagnostics import Severity
+from torchlint.matching import (DETERMINISTIC_FACTORIES, argument, has_star_args, is_literal, keyword_arg,
+                                replace_arg_value, set_keyword, tensor_factory)
 from torchlint.rule import Rule
-from torchlint.rules.move_after_create import MoveAfterCreate, create_on_device, creates_non_leaf, factory_move
+from torchlint.rules.move_after_create import (PARAMETER, MoveAfterCreate, create_on_device, creates_non_leaf,
+                                               factory_move)
 
 
 class RequiresGradThenMove(Rule):
@@ -61,17 +72,46 @@ class RequiresGradThenMove(Rule):
     summary = "A `requires_grad=True` tensor moved right after creation is not a leaf: its `.grad` stays None"
     severity = Severity.ERROR
     fix_applicability = "safe"
-    triggers = ("requires_grad",)
+    triggers = ("requires_grad", "Parameter")
 
     def visit_Call(self, node: cst.Call) -> None:
-        names = self.ctx.settings.rule_option(MoveAfterCreate.name, "device-names", [])
-        found = factory_move(self.ctx, node, tuple(names))
+        names = tuple(self.ctx.settings.rule_option(MoveAfterCreate.name, "device-names", []))
+        found = factory_move(self.ctx, node, names)
         if found is None:
+            self._moved_parameter(node, names)
             return
         factory_call, factory, move = found
         if not creates_non_leaf(self.ctx, factory_call):
             return
         shown = f"torch.{factory}(..., requires_grad=True).{move.method}(...)"
-        self.report(factory_call, f"`{shown}` is not a leaf tensor: its `.grad` stays None after backward, so it "
-                                  "is never trained; create it on the device with `device=`",
+        self.report(factory_call, f"`{shown}` is not a leaf tensor: its `.grad` stays None after backward (an "
+                                  "optimizer given it never updates it); create it on the device with `device=`",
                     create_on_device(self, node, factory_call, factory, move))
+
+    def _moved_parameter(self, node: cst.Call, names: tuple[str, ...]) -> None:
+        """``nn.Parameter(data).cuda()``: the copy is a plain tensor, not a Parameter."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to") and isinstance(func.value, cst.Call)
+                and self.ctx.qualified_name(func.value.func) in PARAMETER):
+            return
+        move = self.ctx.device_move(node, names)
+        parameter = func.value
+        grad = argument(parameter, "requires_grad", 1)
+        if move is None or move.to_cpu or (grad is not None and is_literal(grad.value, False)):
+            return
+        self.report(parameter, f"`nn.Parameter(...).{move.method}(...)` is a plain tensor, not a Parameter: a module "
+                               "does not register it and its `.grad` stays None, so it is never trained; create the data "
+                               "on the device inside `nn.Parameter(...)` (or move the whole module)",
+                    self._parameter_fix(node, parameter, move))
+
+    def _parameter_fix(self, node: cst.Call, parameter: cst.Call, move):
+        data = argument(parameter, "data", 0)
+        factory = tensor_factory(data.value, self.ctx.imports) if data is not None else None
+        if factory is None or not move.understood or move.dtype is not None or has_star_args(parameter) \
+                or has_star_args(data.value) or keyword_arg(data.value, "device") is not None:
+            return None
+        made_there = set_keyword(data.value, "device", move.device)
+        new = replace_arg_value(parameter, data, made_there).with_changes(lpar=node.lpar, rpar=node.rpar)
+        safe = factory in DETERMINISTIC_FACTORIES and move.certain
+        return self.fix("Create the parameter's data on the device", self.replace(node, new),
+                        applicability="safe" if safe else "unsafe")

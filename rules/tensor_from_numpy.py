@@ -1,8 +1,8 @@
 """
 ## What it does
 
-Finds `torch.tensor(arr)` where `arr` is a NumPy array: a call of a NumPy function that returns an
-array (`np.array(...)`, `np.zeros(...)`, `np.load(...)`, `np.stack(...)`...), the result of
+Finds `torch.tensor(arr)`, with no other argument, where `arr` is a NumPy array: a call of a NumPy
+function that returns an array (`np.array(...)`, `np.zeros(...)`, `np.load(...)`, `np.stack(...)`...), the result of
 `.numpy()` or `.to_numpy()`, or a local variable assigned only such values.
 
 ## Why is it slow
@@ -10,7 +10,7 @@ array (`np.array(...)`, `np.zeros(...)`, `np.load(...)`, `np.stack(...)`...), th
 `torch.tensor` always copies its data. For an array that is not needed afterwards, the copy is
 pure overhead: one more allocation and a pass over the whole array, on every sample when it sits
 in a `Dataset.__getitem__`. `torch.from_numpy(arr)` wraps the array's memory in a tensor without
-copying, and `torch.as_tensor(arr, dtype=...)` does the same whenever the dtype already matches.
+copying (and so does `torch.as_tensor(arr)`).
 
 ## Example
 
@@ -35,9 +35,10 @@ variable assigned once such a value and used only in this call, outside any loop
 unsafe: the array may be written later (a reused buffer), `.numpy()` shares memory with its tensor
 already, and `np.asarray` may return its argument itself. Both functions fail on the same inputs
 as `torch.tensor` does for arrays (negative strides, unsupported dtypes), so the fix does not add
-errors; `from_numpy` warns where the array is read-only. Only `torch.tensor(arr)` and
-`torch.tensor(arr, dtype=...)` are reported: with `device=` or `requires_grad=` there is nothing
-to save or no equivalent.
+errors; `from_numpy` warns where the array is read-only. Only a bare `torch.tensor(arr)` is
+reported: with `dtype=` the conversion usually copies anyway (NumPy's float64 into float32), with
+`device=` the data is copied to the device either way, and `requires_grad=` has no `from_numpy`
+equivalent.
 
 ## References
 
@@ -72,31 +73,26 @@ class TensorFromNumpy(Rule):
     code = "TL204"
     name = "tensor-from-numpy"
     kind = "performance"
-    summary = "`torch.tensor(ndarray)` copies the array; `torch.from_numpy` / `torch.as_tensor` do not"
+    summary = "`torch.tensor(ndarray)` copies the array; `torch.from_numpy` does not"
     fix_applicability = "unsafe"
     triggers = ("tensor(",)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) != "torch.tensor":
             return
-        positional = positional_args(node)
-        if len(positional) != 1 or any(a.star for a in node.args) or any(
-                a.keyword is not None and a.keyword.value != "dtype" for a in node.args):
-            return
-        data = positional[0].value
+        if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
+            return  # with dtype=, device= or requires_grad= a copy is likely made either way
+        data = node.args[0].value
         kind = self._array_kind(data)
         if kind is None:
             return
-        fresh = kind == "fresh"
-        dtype = keyword_arg(node, "dtype")
-        replacement = "as_tensor" if dtype is not None else "from_numpy"
         fix = None
         if isinstance(node.func, cst.Attribute):
-            fix = self.fix(f"Use `torch.{replacement}` (shares memory with the array)",
-                           self.replace(node.func.attr, replacement),
-                           applicability="safe" if fresh else "unsafe")
+            fix = self.fix("Use `torch.from_numpy` (shares memory with the array)",
+                           self.replace(node.func.attr, "from_numpy"),
+                           applicability="safe" if kind == "fresh" else "unsafe")
         self.report(node, f"`torch.tensor` copies the NumPy array `{self.ctx.code_for(data)}`; "
-                          f"`torch.{replacement}(...)` uses its memory without a copy", fix)
+                          "`torch.from_numpy(...)` uses its memory without a copy", fix)
 
     def _array_kind(self, expr: cst.BaseExpression, follow: bool = True) -> str | None:
         """"fresh" for a new array nothing else holds, "shared" for an array that may be seen

@@ -434,6 +434,12 @@ LIGHTNING_MODULE_PATHS = ("LightningModule", "core.LightningModule", "core.modul
 def lightning_module_classes(module: cst.Module, imports: ImportMap) -> frozenset[str]:
     """Names of the classes in the file that derive from ``LightningModule``, directly or through
     other classes of the file (``class Base(pl.LightningModule)``, ``class Model(Base)``)."""
+    return derived_classes(module, imports, lambda name: lightning_names(name, *LIGHTNING_MODULE_PATHS))
+
+
+def derived_classes(module: cst.Module, imports: ImportMap, is_root) -> frozenset[str]:
+    """Names of the classes in the file with a base whose qualified name ``is_root`` accepts, or
+    that derive from such a class of the file."""
     classes = [node for node in _statements(module.body) if isinstance(node, cst.ClassDef)]
     found: set[str] = set()
     changed = True
@@ -443,7 +449,7 @@ def lightning_module_classes(module: cst.Module, imports: ImportMap) -> frozense
             if node.name.value in found:
                 continue
             for base in node.bases:
-                if base.keyword is None and (lightning_names(imports.qualified_name(base.value), *LIGHTNING_MODULE_PATHS)
+                if base.keyword is None and (is_root(imports.qualified_name(base.value))
                                              or dotted_name(base.value) in found):
                     found.add(node.name.value)
                     changed = True
@@ -948,23 +954,8 @@ def module_classes(module: cst.Module, imports: ImportMap) -> frozenset[str]:
     """Names of the classes in the file that are ``torch.nn`` modules: deriving from a
     ``torch.nn`` class (``nn.Module``, ``nn.Sequential``...), from ``LightningModule``, or from
     another such class of the file."""
-    classes = [node for node in _statements(module.body) if isinstance(node, cst.ClassDef)]
-    found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for node in classes:
-            if node.name.value in found:
-                continue
-            for base in node.bases:
-                qualified = imports.qualified_name(base.value) or ""
-                if base.keyword is None and (qualified.startswith("torch.nn.")
-                                             or lightning_names(qualified, *LIGHTNING_MODULE_PATHS)
-                                             or dotted_name(base.value) in found):
-                    found.add(node.name.value)
-                    changed = True
-                    break
-    return frozenset(found)
+    return derived_classes(module, imports, lambda name: (name or "").startswith("torch.nn.")
+                           or lightning_names(name, *LIGHTNING_MODULE_PATHS))
 
 
 def last_simple_statement(statement: cst.CSTNode) -> cst.CSTNode | None:

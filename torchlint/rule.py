@@ -897,7 +897,8 @@ class RuleContext:
         first = new[0].with_changes(leading_lines=[line for line in new[0].leading_lines if line.comment])
         statements = [first, *new[1:]]
         statements[-1] = _mark_end(statements[-1])
-        state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+        # "\n": the engine turns a text edit's newlines into the file's own
+        state = CodegenState(default_indent=self.module.default_indent, default_newline="\n")
         state.indent_tokens = [indent] if indent else []
         for statement in statements:
             statement._codegen(state)
