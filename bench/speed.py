@@ -23,6 +23,7 @@ from datetime import date
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+LOAD_AT_START = "/".join(f"{x:.1f}" for x in os.getloadavg())
 ROOT = HERE.parent
 
 
@@ -102,7 +103,6 @@ def main() -> None:
     run(tl_warm)  # fill the cache
     rows.append(measure("torchlint --select ALL (warm: every file a cache hit)", tl_warm, args.repeat))
     rows.append(measure("ruff check --isolated --select ALL --no-cache", ruff, args.repeat))
-    rows.append(measure("ruff check ... --threads 1", [*ruff, "--threads", "1"], args.repeat))
     if not args.skip_slow_peers:
         rows.append(measure("torchfix -j1 (0.7.0)", [str(peers / "torchfix" / "bin" / "torchfix"), "-j1",
                                                      *map(str, trees)], 1))
@@ -139,7 +139,8 @@ def write_report(out: Path, rows: list[dict], files: int, lines: int) -> None:
         "",
         f"Measured {date.today().isoformat()} with `python bench/speed.py` on: {machine()}.",
         f"Corpus: installed sources of pytorch-lightning 2.6.6 and timm 1.0.31 ({files} files, {lines} lines).",
-        "Wall time of one process per run (median), peak RSS of that process.",
+        "Wall time of one process per run (median), peak RSS of that process. Load average when the run "
+        f"started: {LOAD_AT_START} (other work on the machine inflates every figure alike).",
         "",
         "| command | median s | runs (s) | peak RSS MiB | exit |",
         "|---|---:|---|---:|---|",

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchlint.matching import argument, dotted_name, has_star_args, is_literal, replace_arg_value, \
+from torchlint.matching import argument, dotted_name, names_in, has_star_args, is_literal, replace_arg_value, \
     set_keyword, string_value
 from torchlint.rule import Rule
 
@@ -186,7 +186,7 @@ class BiasBeforeNorm(Rule):
         rebinds = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
             isinstance(statement.body[0], cst.Assign) and any(
                 isinstance(t.target, cst.Name) and t.target.value == variable for t in statement.body[0].targets)
-        if not rebinds and any(variable in _names(later) for later in body[index + 1:]):
+        if not rebinds and any(variable in names_in(later) for later in body[index + 1:]):
             return None
         return _self_attribute(assign.value.func)
 
@@ -213,16 +213,3 @@ class BiasBeforeNorm(Rule):
             set_keyword(layer, "bias", cst.Name("False"))
         return self.fix("Set `bias=False`", self.replace(layer, new))
 
-
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-
-def _names(node: cst.CSTNode) -> set[str]:
-    collector = _NameCollector()
-    node.visit(collector)
-    return collector.names

@@ -6,18 +6,8 @@ import json
 import os
 import stat
 
-from conftest import ROOT, run_torchlint
+from conftest import LEAK, LEAK_FIXED, ROOT, run_torchlint
 
-LEAK = """\
-import torch
-
-losses = []
-for x, y in loader:
-    loss = criterion(model(x), y)
-    loss.backward()
-    losses.append(loss)
-"""
-LEAK_FIXED = LEAK.replace("losses.append(loss)", "losses.append(loss.detach())")
 DATA_PARALLEL = "import torch.nn as nn\n\nmodel = nn.DataParallel(nn.Linear(2, 2))\n"
 
 
