@@ -45,7 +45,8 @@ difference is that a NaN in the backward pass no longer stops it with an error. 
 profiler bound with `as` (the code that reads its results must go too; remove both by hand). The
 rule does not fire for switches under an `if` (a debug flag) other than `if __name__ ==
 "__main__":`, with a non-literal argument (`set_detect_anomaly(args.debug)`, `enabled=flag`),
-inside a `try` block that handles errors (it relies on anomaly errors), in tests, or (for
+inside a `try` block that handles errors (it relies on anomaly errors), in tests and in functions
+that run `torch.autograd.gradcheck`, or (for
 profilers and `with detect_anomaly()` blocks, which end with their block) away from any backward
 pass. `set_detect_anomaly(True)` as a statement switches anomaly detection on for the whole
 process, so it is reported wherever it is (in a model's `__init__` too).
@@ -143,7 +144,11 @@ class DebugApisLeftOn(Rule):
         return enabled is None or is_literal(enabled.value, True)
 
     def _left_on(self) -> bool:
-        """Not behind a debug flag, not relied on by an error handler, not a test."""
+        """Not behind a debug flag, not relied on by an error handler, not a test or a gradient
+        check (``torch.autograd.gradcheck`` in the same function)."""
+        function = self.ctx.enclosing_function()
+        if function is not None and "gradcheck" in self.ctx.code_for(function):
+            return False
         for parent, child in zip(self.ctx.ancestors, self.ctx.ancestors[1:]):
             if isinstance(parent, (cst.If, cst.Else)) and not (isinstance(parent, cst.If) and is_main_guard(parent)):
                 return False

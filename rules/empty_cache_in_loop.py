@@ -40,7 +40,8 @@ something named like a loader), and stays silent where the call is deliberate: i
 block (freeing memory after an out-of-memory error before a retry), under a condition that holds
 every k-th step (`if step % 100 == 0:`), once per pass of an inner loop over batches or once per
 epoch (the loop variable or iterable is named like `epoch`), in loops over models, configurations
-or benchmark candidates, and in tests.
+or benchmark candidates, in loops that measure memory per batch (`reset_peak_memory_stats`,
+`max_memory_allocated`...), and in tests.
 
 ## References
 
@@ -63,6 +64,7 @@ EMPTY_CACHE = frozenset({
     "torch.accelerator.empty_cache",
 })
 EPOCH = re.compile(r"epoch", re.IGNORECASE)
+MEASURES_MEMORY = re.compile(r"reset_peak_memory_stats|max_memory_(allocated|reserved)|memory_(allocated|reserved|stats)\(")
 
 
 class EmptyCacheInLoop(Rule):
@@ -101,6 +103,8 @@ class EmptyCacheInLoop(Rule):
         ancestors = {id(n) for n in self.ctx.ancestors}
         if any(id(inner) not in ancestors and self._batch_loop(inner) for inner in self.ctx.nested_loops(loop)):
             return False  # beside (not inside) an inner loop over batches: once per pass of it
+        if MEASURES_MEMORY.search(self.ctx.code_for(loop)):
+            return False  # per-batch memory measurements: emptying the cache keeps them apart
         return self._batch_loop(loop)
 
     def _batch_loop(self, loop: cst.CSTNode) -> bool:
