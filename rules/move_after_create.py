@@ -32,7 +32,9 @@ noise = torch.randn(batch, dim, device=device)
 
 ## Fix safety
 
-Safe for deterministic factories: the values are the same, only where they are made changes. A
+Safe for deterministic factories: the values are the same, only where they are made changes.
+Unsafe when the factory already names a device (`torch.linspace(..., device=a.device).to(b)`):
+the values were computed on that device, and another may round them differently. A
 `dtype` given to `.to()` moves into the factory (safe for `zeros`, `ones`, `empty`, `eye` and
 their `*_like` forms, whose values are exact in every dtype; unsafe otherwise, since rounding
 once differs from rounding twice). Unsafe for random factories (`rand`, `randn`, `randint`,
@@ -111,7 +113,9 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
     if not move.understood or any(a.star == "**" for a in factory_call.args) \
             or keyword_arg(factory_call, "pin_memory") is not None:
         return None  # the factory may already carry `device`, or the move does more than move
-    safe = factory in DETERMINISTIC_FACTORIES and move.certain
+    # a factory that already names a device computed its values there: another device may round
+    # differently (`linspace`, `arange` on floats)
+    safe = factory in DETERMINISTIC_FACTORIES and move.certain and keyword_arg(factory_call, "device") is None
     new = set_keyword(factory_call, "device", move.device)
     if move.dtype is not None:
         if keyword_arg(factory_call, "dtype") is not None:
