@@ -83,6 +83,7 @@ import libcst as cst
 from torchlint.matching import amp_constructor, argument, data_table, dotted_name, keyword_arg, positional_args, \
     root_names, string_value
 from torchlint.rule import NodeEdit, Rule
+from torchlint.walk import visit
 
 APEX = data_table("amp_migrations.yaml")["apex"]
 ALLOWED_OPTIONS = {"opt_level", "verbosity", "loss_scale"}
@@ -294,5 +295,5 @@ def _master_params_calls(statement: cst.CSTNode, ctx) -> list[cst.Call]:
             if ctx.qualified_name(node.func) == "apex.amp.master_params":
                 found.append(node)
 
-    statement.visit(Finder())
+    visit(statement, Finder())
     return found

@@ -70,6 +70,7 @@ from torchlint.matching import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, dataloade
                                 dotted_name, has_star_args, is_dataloader_call, is_literal, is_main_guard, names_in,
                                 parse_expression, replace_arg_value, set_keyword)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 WORKERS = "min(8, {os}.cpu_count() or 1)"
 IN_MEMORY_BUILDERS = frozenset({"list", "tuple", "range", "zip"})
@@ -215,7 +216,7 @@ class _CallFinder(cst.CSTVisitor):
 def _calls_any(node: cst.CSTNode, names: set[str] | None) -> bool:
     """Does the subtree call one of ``names`` (any function, for None)?"""
     finder = _CallFinder(names)
-    node.visit(finder)
+    visit(node, finder)
     return finder.found
 
 
@@ -229,5 +230,5 @@ def _returns(function: cst.FunctionDef) -> list[cst.Return]:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is function  # not the returns of nested functions
 
-    function.visit(Returns())
+    visit(function, Returns())
     return found

@@ -54,6 +54,7 @@ import libcst as cst
 from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, argument, dotted_name, is_literal, keyword_arg,
                                 lightning_names, remove_arg)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 DDP_STRATEGY_PATHS = ("strategies.DDPStrategy", "strategies.ddp.DDPStrategy")
 
@@ -122,7 +123,7 @@ class DdpFindUnused(Rule):
                 if any(isinstance(t.target, cst.Name) and t.target.value == wanted for t in node.targets):
                     values.append(node.value)
 
-        scope.visit(Assignments())
+        visit(scope, Assignments())
         return set().union(*(self._model_classes(v) for v in values if not isinstance(v, cst.Name))) if values else set()
 
 
@@ -141,7 +142,7 @@ class _Branches(cst.CSTVisitor):
 
 def _branches(function: cst.FunctionDef) -> bool:
     finder = _Branches()
-    function.body.visit(finder)
+    visit(function.body, finder)
     return finder.found
 
 
@@ -158,5 +159,5 @@ def _self_attributes(function: cst.FunctionDef) -> set[str]:
                     if name.startswith("self.") and name.count(".") == 1:
                         found.add(name[5:])
 
-    function.body.visit(Assignments())
+    visit(function.body, Assignments())
     return found

@@ -76,6 +76,7 @@ from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS,
                                 contains, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
                                 is_literal, iterated_value, keyword_arg)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 
 class DdpSampler(Rule):
@@ -123,7 +124,7 @@ class DdpSampler(Rule):
 
             finder = Wraps()
             if "DistributedDataParallel" in self.ctx.source:
-                self.ctx.module.visit(finder)
+                visit(self.ctx.module, finder)
             self._ddp = finder.found
         return self._ddp
 

@@ -64,6 +64,7 @@ import libcst as cst
 from torchlint.matching import (EVAL_FUNCTION, MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
                                 with_item_disables_grad)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 # Gradients are wanted somewhere in the function: saliency maps, adversarial examples, probes.
 WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torch\.func|functorch|\bvjp\b|jacrev|"
@@ -72,8 +73,9 @@ WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torc
 LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(validation|test|predict)_|_epoch_end$")
 
 
-LOOP_KEYWORD = re.compile(r"\b(?:for|while)\b")
-FUNCTION_NAME = re.compile(r"\bdef\s+(\w+)")
+# Prefilter patterns open with a literal, which the regex engine finds fast (a `\b` first does not).
+FUNCTION_NAME = re.compile(r"def\s+(\w+)")
+EVAL_RECEIVER = re.compile(r"([\w.]+)\.eval\(\)")
 
 class EvalWithoutNoGrad(Rule):
     code = "TL103"
@@ -88,7 +90,7 @@ class EvalWithoutNoGrad(Rule):
     @classmethod
     def applies(cls, text: str) -> bool:
         # an evaluation loop: a loop after `.eval()`/`.train(...)`, or in a function named like one
-        if not LOOP_KEYWORD.search(text):
+        if "for" not in text and "while" not in text:
             return False
         if ".eval(" in text or ".train(" in text:
             return True
@@ -99,6 +101,7 @@ class EvalWithoutNoGrad(Rule):
         self._reported: set[int] = set()
         self._calls_under_no_grad: dict[str, bool] | None = None
         self._receivers: dict[int, set[str]] = {}
+        self._file_receivers: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         model = self._model(node)
@@ -115,7 +118,7 @@ class EvalWithoutNoGrad(Rule):
             return
         self._reported.add(id(loop))
         suspends = _Suspends()
-        loop.visit(suspends)
+        visit(loop, suspends)
         advice = f"decorate `{function.name.value}` with `@torch.no_grad()`" if suspends.found and function \
             else "wrap the loop in `with torch.no_grad():`"
         self.report(node, f"`{model}(...)` runs in an evaluation loop with autograd on: every batch records a graph "
@@ -145,15 +148,23 @@ class EvalWithoutNoGrad(Rule):
         name = dotted_name(func)
         if name is None or name == "self":
             return None
-        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers():
+        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers(name):
             return name
         return None
 
-    def _eval_receivers(self) -> set[str]:
-        scope = self.ctx.enclosing_function() or self.ctx.module
+    def _eval_receivers(self, name: str) -> set[str]:
+        """What ``.eval()`` is called on in the enclosing function (or module). The file's text
+        answers first: rendering a function's code is only worth it for a name the file puts in
+        eval mode somewhere."""
+        if self._file_receivers is None:
+            self._file_receivers = set(EVAL_RECEIVER.findall(self.ctx.source))
+        if name not in self._file_receivers:
+            return set()
+        scope = self.ctx.enclosing_function()
+        if scope is None:
+            return self._file_receivers
         if id(scope) not in self._receivers:
-            code = self.ctx.code_for(scope)
-            self._receivers[id(scope)] = {m.group(1) for m in re.finditer(r"([\w.]+)\.eval\(\)", code)}
+            self._receivers[id(scope)] = set(EVAL_RECEIVER.findall(self.ctx.code_for(scope)))
         return self._receivers[id(scope)]
 
     def _always_called_without_grad(self, function: str) -> bool:
@@ -162,7 +173,7 @@ class EvalWithoutNoGrad(Rule):
         in a definition the engine did not parse counts as one with grad on."""
         if self._calls_under_no_grad is None:
             finder = _CallSites(self.ctx.imports)
-            self.ctx.module.visit(finder)
+            visit(self.ctx.module, finder)
             self._calls_under_no_grad = finder.disabled
         written = len(re.findall(rf"(?<![\w]){re.escape(function)}\s*\(", self.ctx.source)) \
             - len(re.findall(rf"\bdef\s+{re.escape(function)}\s*\(", self.ctx.source))

@@ -58,6 +58,7 @@ import libcst as cst
 
 from torchlint.matching import dotted_name, is_periodic_test, method_call, names_in
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 LOG_METHODS = frozenset({"log", "log_dict"})
@@ -162,7 +163,7 @@ class HostSyncInLoop(Rule):
             return False
         tests = _Tests()
         for later in body[index + 1:]:
-            later.visit(tests)
+            visit(later, tests)
         return bool(targets & tests.names)
 
 

@@ -79,6 +79,7 @@ from torchlint.matching import (append_element, argument_list_text, data_table, 
                                 lightning_names, literal_value, positional_args, python_literal, remove_arg,
                                 same_literal, set_keyword)
 from torchlint.rule import Rule, parse_version
+from torchlint.walk import visit
 
 TABLE = data_table("lightning_trainer_args.yaml")
 ROWS = {row["old"]: row for row in TABLE}
@@ -231,7 +232,7 @@ class LightningTrainerArgs(Rule):
                 if dotted_name(target.target) == name:
                     assignments.append(target)
 
-        scope.visit(Uses())
+        visit(scope, Uses())
         return fits[0] if len(fits) == 1 and len(assignments) == 1 else None
 
     # --- progress_bar_refresh_rate=N -> callbacks=[TQDMProgressBar(refresh_rate=N)] --------------

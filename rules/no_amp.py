@@ -80,6 +80,7 @@ import libcst as cst
 
 from torchlint.matching import amp_constructor, may_train_on_cuda, method_call, root_names, uses_reduced_precision
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 # Libraries that own the precision of the loop (their own flags turn mixed precision on).
 PRECISION_MANAGERS = re.compile(r"\bAccelerator\b|\baccelerate\b|\bFabric\b|\bdeepspeed\b|\bapex\b|\bGradScaler\b")
@@ -134,7 +135,7 @@ class NoAmp(Rule):
 
     def _fix(self, node: cst.Call, loop: cst.CSTNode):
         counter = _BackwardCounter()
-        loop.visit(counter)
+        visit(loop, counter)
         position = self.ctx.statement_position()
         reference = self.ctx.import_reference("torch")
         scaler = self.ctx.unused_name("scaler", "grad_scaler", "amp_scaler")

@@ -57,6 +57,7 @@ import libcst as cst
 from torchlint.matching import (ITERATION_WRAPPERS, dataloader_argument, dotted_name, is_dataloader_call, is_literal,
                                 iterated_name, root_names, set_keyword)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
@@ -147,7 +148,7 @@ class NonBlockingTransfer(Rule):
                 _target_names(t.target) & source_names for t in assign.targets):
             return False  # `x = x.to(device)`: the CPU tensor is no longer reachable by that name
         finder = _InPlaceWrites(source_names)
-        loop.body.visit(finder)
+        visit(loop.body, finder)
         return finder.found
 
 

@@ -59,6 +59,7 @@ import libcst as cst
 from torchlint.matching import (LOOPS, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
                                 keyword_arg, literal_value, parse_expression, set_keyword)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 # Lightning hooks whose loader the Trainer iterates every epoch (unless told to reload them).
 EPOCH_HOOKS = frozenset({"train_dataloader", "val_dataloader"})
@@ -149,7 +150,7 @@ class PersistentWorkers(Rule):
                     if self.depth[-1]:
                         passed.update(dotted_name(a.value) for a in node.args if dotted_name(a.value))
 
-            self.ctx.module.visit(Uses())
+            visit(self.ctx.module, Uses())
             self._uses = (nested, passed)
         return self._uses
 
@@ -195,6 +196,6 @@ class PersistentWorkers(Rule):
                     if self.depth and isinstance(node.target, cst.Attribute):
                         mutated.add(dotted_name(node.target.value))
 
-            self.ctx.module.visit(Mutations())
+            visit(self.ctx.module, Mutations())
             self._mutated = mutated
         return self._mutated

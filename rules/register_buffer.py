@@ -63,6 +63,7 @@ from torchlint.matching import (INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTOR
                                 function_parameters, is_literal, keyword_arg, positional_args, scope_names,
                                 tensor_factory)
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 LITERALS = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp, cst.Integer,
             cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
@@ -192,7 +193,7 @@ class RegisterBuffer(Rule):
                     isinstance(s, (cst.Assign, cst.AnnAssign)) and attribute in _plain_targets(s) for s in item.body):
                 return True
         finder = _SelfAssignments(self_name, attribute)
-        cls.visit(finder)
+        visit(cls, finder)
         earlier = finder.statements_before(function, statement)
         if earlier or any(isinstance(v, LITERALS) for v in finder.values):
             return True
@@ -200,7 +201,7 @@ class RegisterBuffer(Rule):
             for other in self.ctx.module.body:
                 if isinstance(other, cst.ClassDef) and other.name.value == dotted_name(base.value):
                     base_finder = _SelfAssignments("self", attribute)
-                    other.visit(base_finder)
+                    visit(other, base_finder)
                     if base_finder.values:
                         return True
         return False

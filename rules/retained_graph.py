@@ -53,6 +53,7 @@ import libcst as cst
 
 from torchlint.matching import root_names
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 # Calls and attributes after which a value no longer holds the graph.
 DETACHING_METHODS = frozenset({"item", "detach", "detach_", "tolist", "numpy", "data"})
@@ -202,6 +203,6 @@ class RetainedGraph(Rule):
     def _loop_bindings(self, loop: cst.CSTNode) -> _LoopBindings:
         if id(loop) not in self._bindings:
             bindings = _LoopBindings()
-            loop.body.visit(bindings)
+            visit(loop.body, bindings)
             self._bindings[id(loop)] = bindings
         return self._bindings[id(loop)]

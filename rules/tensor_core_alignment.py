@@ -76,7 +76,7 @@ class TensorCoreAlignment(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return super().applies(text) and uses_reduced_precision(text) and ("__main__" in text or "backward" in text)
+        return super().applies(text) and ("__main__" in text or "backward" in text) and uses_reduced_precision(text)
     options = {"min-size": (int, 64, "Sizes below this are not reported")}
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -50,6 +50,7 @@ import libcst as cst
 
 from torchlint.matching import argument, is_literal, remove_arg, replace_arg_value, set_keyword
 from torchlint.rule import Rule
+from torchlint.walk import visit
 
 CUDA_GRAPH_MARKERS = ("CUDAGraph", "cuda.graph(", "make_graphed_callables")
 
@@ -106,7 +107,7 @@ class ZeroGradSetToNone(Rule):
         _, body, index = position
         for statement in body[index + 1:]:
             reader = _GradReader()
-            statement.visit(reader)
+            visit(statement, reader)
             if reader.reads_grad:
                 return True
             if reader.backward:

@@ -131,18 +131,25 @@ def _too_deep(source: str, path: str) -> Diagnostic | None:
         return None  # an ordinary syntax error, or a grammar newer than this Python: LibCST decides
     except ValueError:
         return None
-    depth = _tree_depth(tree)
-    if depth > MAX_NESTING:
+    if _tree_depth(tree, limit=MAX_NESTING) > MAX_NESTING:
+        depth = _tree_depth(tree)
         return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {depth} levels deep and torchlint reads up to "
                                   f"{MAX_NESTING}; split the deepest expression, or exclude the file")
     return None
 
 
-def _tree_depth(tree: ast.AST) -> int:
-    """The depth of the tree as LibCST will build it."""
+def _tree_depth(tree: ast.AST, limit: int | None = None) -> int:
+    """The depth of the tree as LibCST will build it. With a ``limit``, subtrees that cannot reach
+    it are not entered, and the answer is exact only when it exceeds the limit: a node that sits
+    on one line gains at most a level per character of its text (plus its operator and context
+    leaves), so a short line is passed by whole."""
     deepest, stack = 0, [(tree, 1)]
     while stack:
         node, depth = stack.pop()
+        if limit is not None and getattr(node, "end_lineno", 0) == getattr(node, "lineno", None) \
+                and depth + node.end_col_offset - node.col_offset + 3 <= limit:
+            deepest = max(deepest, depth)
+            continue
         if isinstance(node, ast.BoolOp):  # flat here, but LibCST nests `a and b and c` an operand a level
             depth += len(node.values) - 1
         deepest = max(deepest, depth)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import libcst as cst
+from torchlint.walk import visit
 
 # --- names ---------------------------------------------------------------------------------
 
@@ -409,7 +410,7 @@ def assigned_names(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
             if name is not None:
                 bindings.setdefault(name, []).append(value)
 
-    module.visit(Collector())
+    visit(module, Collector())
     return bindings
 
 
@@ -538,7 +539,7 @@ class _Contains(cst.CSTVisitor):
 def contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
     """Is ``target`` (by identity) ``tree`` or inside it?"""
     finder = _Contains(target)
-    tree.visit(finder)
+    visit(tree, finder)
     return finder.found
 
 
@@ -560,6 +561,7 @@ CUDA_MENTION = re.compile(r"\bcuda\b")
 # Text that shows a file computes in float16/bfloat16 somewhere (autocast, a scaler, half models).
 REDUCED_PRECISION = re.compile(r"\bautocast\b|GradScaler|\bfloat16\b|\bbfloat16\b|\.half\(\)|\bbf16\b|\bfp16\b"
                                r"|\bamp\.initialize\b")
+REDUCED_PRECISION_WORDS = ("autocast", "GradScaler", "float16", ".half()", "bf16", "fp16", "amp.initialize")
 CLIP_GRAD_FUNCTIONS = frozenset(
     f"torch.nn.utils{module}.{name}" for module in ("", ".clip_grad")
     for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"))
@@ -594,7 +596,8 @@ def may_train_on_cuda(source: str) -> bool:
 
 
 def uses_reduced_precision(source: str) -> bool:
-    return bool(REDUCED_PRECISION.search(source))
+    # substring tests first: a regex that opens with `\b` alternatives scans slowly
+    return any(word in source for word in REDUCED_PRECISION_WORDS) and bool(REDUCED_PRECISION.search(source))
 
 
 def data_table(name: str) -> object:
@@ -622,7 +625,7 @@ class _NameReader(cst.CSTVisitor):
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier written in a subtree."""
     reader = _NameReader()
-    node.visit(reader)
+    visit(node, reader)
     return reader.names
 
 
@@ -736,7 +739,7 @@ def binding_counts(module: cst.Module) -> dict[str, int]:
                     alias.asname.name, cst.Name) else name
                 imported.setdefault(local, set()).add(f"{base}.{name}")
 
-    module.visit(Binder())
+    visit(module, Binder())
     for name, targets in imported.items():
         counts[name] = counts.get(name, 0) + len(targets)
     return counts
@@ -946,7 +949,7 @@ class _RemainderFinder(cst.CSTVisitor):
 def is_periodic_test(test: cst.BaseExpression) -> bool:
     """A condition that holds every k-th step: it takes a remainder (``step % 100 == 0``)."""
     finder = _RemainderFinder()
-    test.visit(finder)
+    visit(test, finder)
     return finder.found
 
 
@@ -1003,7 +1006,7 @@ def last_mode_call(statements: Sequence[cst.CSTNode]) -> str | None:
     """The mode the last ``.eval()``/``.train()`` call among statements sets, if any."""
     finder = _ModeCalls()
     for statement in statements:
-        statement.visit(finder)
+        visit(statement, finder)
     return finder.modes[-1] if finder.modes else None
 
 
@@ -1058,11 +1061,11 @@ class _ScopeNames(cst.CSTVisitor):
         self.references[node.value] = self.references.get(node.value, 0) + 1
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `x.attr`: the attribute's name is not a reference to a variable
+        visit(node.value, self)  # `x.attr`: the attribute's name is not a reference to a variable
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # `f(x=...)`: the keyword is not a reference
+        visit(node.value, self)  # `f(x=...)`: the keyword is not a reference
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -1081,7 +1084,7 @@ def scope_names(scope: cst.CSTNode) -> tuple[dict[str, list[cst.BaseExpression |
     bindings without one value: ``for`` targets, unpacking, ``+=``) and how many times each name is
     written in it (bindings included), nested functions and classes left out."""
     finder = _ScopeNames(scope)
-    scope.visit(finder)
+    visit(scope, finder)
     for param in (scope.params.params if isinstance(scope, cst.FunctionDef) else ()):
         finder._bind(param.name, None)
     if isinstance(scope, cst.FunctionDef):
@@ -1103,7 +1106,7 @@ LOADER_NAME = re.compile(r"(^|_)(loader|dataloader|dl|batches|dataset|ds)$", re.
 def calls_model(node: cst.CSTNode) -> bool:
     """Does the subtree call something named like a model (``model(x)``, ``self.net(x)``)?"""
     finder = _ModelCalls()
-    node.visit(finder)
+    visit(node, finder)
     return finder.found
 
 

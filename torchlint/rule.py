@@ -22,6 +22,7 @@ import libcst as cst
 
 from torchlint import matching
 from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Severity
+from torchlint.walk import visit
 
 KINDS = ("performance", "correctness", "deprecation", "migration")
 
@@ -229,7 +230,7 @@ class RuleContext:
         key = id(loop)
         if key not in self._loop_cache:
             finder = matching._BackwardFinder(self.imports)
-            loop.visit(finder)
+            visit(loop, finder)
             self._loop_cache[key] = frozenset(finder.names) if finder.found else None
         return self._loop_cache[key]
 
@@ -398,7 +399,7 @@ class RuleContext:
                     if iterated is not None:
                         index.setdefault(iterated, []).append(node)
 
-            self.module.visit(Loops())
+            visit(self.module, Loops())
             self._loops_by_iterable = index
         return self._loops_by_iterable.get(name or "", [])
 
@@ -443,7 +444,7 @@ class RuleContext:
                         self.found = "cuda" in kinds or None in kinds  # unknown devices may be CUDA
 
         finder = Moves()
-        tree.visit(finder)
+        visit(tree, finder)
         return finder.found
 
     def enclosing_loops(self) -> list[cst.CSTNode]:
@@ -473,7 +474,7 @@ class RuleContext:
                 def visit_ClassDef(self, node: cst.ClassDef) -> None:
                     found.setdefault(node.name.value, []).append(node)
 
-            self.module.visit(Definitions())
+            visit(self.module, Definitions())
             self._definitions = found
         return self._definitions
 
@@ -610,7 +611,7 @@ class RuleContext:
 
                 visit_While = visit_For
 
-            self.module.visit(Loops())
+            visit(self.module, Loops())
             self._training_loops = found
         return self._training_loops
 
@@ -627,7 +628,7 @@ class RuleContext:
                     if dimension is not None:
                         found.add(dimension)
 
-            self.module.visit(Convolutions())
+            visit(self.module, Convolutions())
             self._convolution_dimensions = frozenset(found)
         return self._convolution_dimensions
 
@@ -711,7 +712,7 @@ class RuleContext:
         clip = None
         for statement in body[index + 1:step]:
             finder = _StepReader(self.imports)
-            statement.visit(finder)
+            visit(statement, finder)
             if finder.reads_grad or (finder.clips and not isinstance(statement, cst.SimpleStatementLine)):
                 return None
             if finder.clips and clip is None:
@@ -849,7 +850,7 @@ class RuleContext:
                         found.append(node)
                     return not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
 
-            loop.body.visit(Loops())
+            visit(loop.body, Loops())
             self._nested[id(loop)] = found
         return self._nested[id(loop)]
 
