@@ -50,6 +50,7 @@ import libcst as cst
 
 from torchlint.matching import argument, dotted_name, names_in, has_star_args, is_literal, replace_arg_value, \
     set_keyword, string_value
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 # layer -> (dimension, positional index of `bias`)
@@ -64,6 +65,10 @@ NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNo
 SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 READS_BIAS = re.compile(r"\.bias\b")  # e.g. nn.init.zeros_(m.bias): fails once the bias is None
 ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
+
+
+def _last_parts(names) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name in names}
 
 
 @dataclass
@@ -91,6 +96,11 @@ class BiasBeforeNorm(Rule):
     @classmethod
     def applies(cls, text: str) -> bool:
         return "BatchNorm" in text and ("Conv" in text or "Linear" in text)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a biased layer and a norm, both constructed in the file
+        return bool(index.calls(*_last_parts(NORMS))) and bool(index.calls(*_last_parts(BIASED_LAYERS)))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -69,6 +69,7 @@ import libcst as cst
 from torchlint.matching import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, dataloader_argument,
                                 dotted_name, has_star_args, is_dataloader_call, is_literal, is_main_guard, names_in,
                                 parse_expression, replace_arg_value, set_keyword)
+from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, is_literal as literal
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -85,6 +86,11 @@ class DataloaderNumWorkers(Rule):
     summary = "`DataLoader` without `num_workers`: every batch is loaded in the training process"
     fix_applicability = "unsafe"
     triggers = ("DataLoader",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(dataloader_workers(call) is None or literal(dataloader_workers(call), 0)
+                   for call in dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node):

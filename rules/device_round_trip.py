@@ -48,9 +48,12 @@ reported.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import dotted_name, tensor_factory
+from torchlint.precheck import SyntaxIndex, callee, dotted
 from torchlint.rule import Rule
 
 # Methods that do the same on every device: a round trip around them is still a round trip.
@@ -68,6 +71,24 @@ class DeviceRoundTrip(Rule):
     summary = "A tensor copied to the CPU and straight back (`x.cpu().cuda()`)"
     fix_applicability = "safe"
     triggers = (".cpu()", "cpu\")", "cpu')")
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a move back on a chain that holds a move to the CPU (`x.cpu().float().cuda()`)...
+        for call in index.calls("cuda", "to"):
+            inner = call.func.value if isinstance(call.func, ast.Attribute) else None
+            while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
+                if inner.func.attr in ("cpu", "to"):
+                    return True
+                inner = inner.func.value
+        # ... or `x = x.cpu()` and later `x = x.cuda()`
+        moved: dict[str | None, list[str]] = {}
+        for node in index.nodes(ast.Assign):
+            if len(node.targets) == 1 and isinstance(node.value, ast.Call) \
+                    and isinstance(node.value.func, ast.Attribute) and callee(node.value) in ("cpu", "to", "cuda"):
+                moved.setdefault(dotted(node.targets[0]), []).append(callee(node.value))
+        return any(len(kinds) > 1 and {"cpu", "to"} & set(kinds) and {"cuda", "to"} & set(kinds)
+                   for name, kinds in moved.items() if name is not None)
 
     def visit_Call(self, node: cst.Call) -> None:
         back = self.ctx.device_move(node)

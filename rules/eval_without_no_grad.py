@@ -57,12 +57,14 @@ their own `no_grad`), and in tests (`test_*.py`,
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from torchlint.matching import (EVAL_FUNCTION, MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
                                 with_item_disables_grad)
+from torchlint.precheck import SyntaxIndex, dotted
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -95,6 +97,21 @@ class EvalWithoutNoGrad(Rule):
         if ".eval(" in text or ".train(" in text:
             return True
         return any(EVAL_FUNCTION.search(name) for name in FUNCTION_NAME.findall(text))
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a model called in a loop (see _model)
+        receivers = set(EVAL_RECEIVER.findall(index.source))
+        for call in index.nodes(ast.Call):
+            if not index.loop_lines[call.lineno]:
+                continue
+            func = call.func
+            if isinstance(func, ast.Attribute) and func.attr == "forward":
+                func = func.value
+            name = dotted(func)
+            if name is not None and name != "self" and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
+                return True
+        return False
 
     def __init__(self, ctx):
         super().__init__(ctx)

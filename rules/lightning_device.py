@@ -56,11 +56,13 @@ with arguments other than a device and `non_blocking` gets no fix; `self.cuda()`
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from torchlint.matching import argument, device_kind, dotted_name, keyword_arg, positional_args
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 # Hooks that run after the Trainer moved the module to its device.
@@ -80,6 +82,12 @@ class LightningDevice(Rule):
     summary = "`.cuda()`/`\"cuda\"` inside a LightningModule instead of `self.device`"
     fix_applicability = "safe"
     triggers = ("LightningModule",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a LightningModule, and a `.cuda()` call or a string that names CUDA
+        return bool(index.classes_deriving("LightningModule")) and (bool(index.calls("cuda")) or any(
+            isinstance(node.value, str) and node.value.startswith("cuda") for node in index.nodes(ast.Constant)))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

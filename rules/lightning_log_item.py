@@ -46,9 +46,12 @@ refuses arrays.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import argument, dotted_name, names_in, root_names
+from torchlint.precheck import SyntaxIndex, callee
 from torchlint.rule import Rule
 
 
@@ -59,6 +62,13 @@ class LightningLogItem(Rule):
     summary = "`self.log(name, value.item())` in a LightningModule: a host sync every step; log the tensor"
     fix_applicability = "safe"
     triggers = ("LightningModule",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a LightningModule, and `.item()` inside a `log`/`log_dict` call
+        return bool(index.classes_deriving("LightningModule")) and any(
+            isinstance(node, ast.Call) and callee(node) == "item" and not node.args
+            for call in index.calls("log", "log_dict") for node in ast.walk(call))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -78,6 +78,7 @@ from torchlint.diagnostics import Severity
 from torchlint.matching import (append_element, argument_list_text, data_table, dotted_name, has_star_args, keyword_arg,
                                 lightning_names, literal_value, positional_args, python_literal, remove_arg,
                                 same_literal, set_keyword)
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule, parse_version
 from torchlint.walk import visit
 
@@ -135,6 +136,10 @@ class LightningTrainerArgs(Rule):
     fix_applicability = "safe"
     triggers = ("Trainer(",)
     lightning_versions = ">=" + min((row["version"] for row in TABLE), key=parse_version)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(k.arg in ROWS for call in index.calls("Trainer") for k in call.keywords)
 
     def visit_Call(self, node: cst.Call) -> None:
         if not lightning_names(self.ctx.qualified_name(node.func), *TRAINER_PATHS):

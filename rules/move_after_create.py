@@ -58,12 +58,14 @@ factory does not take (`memory_format`, `copy`).
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from torchlint.matching import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, is_literal, keyword_arg,
-                                set_keyword, tensor_factory)
+                                RANDOM_FACTORIES, set_keyword, tensor_factory)
+from torchlint.precheck import SyntaxIndex, callee
 from torchlint.rule import FixSpec, Rule, RuleContext
 
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
@@ -71,6 +73,14 @@ PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
 MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
+
+
+def moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
+    """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
+    precheck of factory_move."""
+    wanted = index.names(names)
+    return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Call) and callee(call.func.value) in wanted]
 
 
 def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
@@ -139,6 +149,10 @@ class MoveAfterCreate(Rule):
     def applies(cls, text: str) -> bool:
         return MOVE_AFTER_CALL.search(text) is not None
     options = {"device-names": (list, [], "More variable names to treat as devices")}
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return bool(moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES))
 
     def visit_Call(self, node: cst.Call) -> None:
         found = factory_move(self.ctx, node, tuple(self.option("device-names")))

@@ -58,6 +58,7 @@ import libcst as cst
 
 from torchlint.matching import (LOOPS, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
                                 keyword_arg, literal_value, parse_expression, set_keyword)
+from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, keyword
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -72,6 +73,11 @@ class PersistentWorkers(Rule):
     summary = "`DataLoader` with workers that are restarted every epoch (no `persistent_workers=True`)"
     fix_applicability = "unsafe"
     triggers = ("DataLoader",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(dataloader_workers(call) is not None and keyword(call, "persistent_workers") is None
+                   for call in dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node) \

@@ -64,6 +64,7 @@ import libcst as cst
 
 from torchlint.matching import (dataloader_argument, dotted_name, has_star_args, is_dataloader_call, is_literal,
                                 mentions_cuda, set_keyword)
+from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, is_literal as literal, keyword
 from torchlint.rule import Rule
 
 # Code that may put tensors on a device before the loader sees them.
@@ -77,6 +78,13 @@ class PinMemory(Rule):
     summary = "`DataLoader` feeding a CUDA training loop without `pin_memory=True`"
     fix_applicability = "safe"
     triggers = ("DataLoader",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # workers, no pin_memory= (nor its positional place), and a loop that trains
+        return any(index.training_loop_lines) and any(
+            dataloader_workers(call) is not None and not literal(dataloader_workers(call), 0)
+            and keyword(call, "pin_memory") is None and len(call.args) < 8 for call in dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node) \

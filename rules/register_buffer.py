@@ -55,6 +55,7 @@ registered as a buffer.
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -62,6 +63,7 @@ import libcst as cst
 from torchlint.matching import (INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, contains, dotted_name,
                                 function_parameters, is_literal, keyword_arg, positional_args, scope_names,
                                 tensor_factory)
+from torchlint.precheck import FUNCTIONS, SyntaxIndex, callee
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -90,6 +92,15 @@ class RegisterBuffer(Rule):
     def applies(cls, text: str) -> bool:
         # a tensor made on a device in `__init__`: `device=...`, `.to(...)` or `.cuda(...)`
         return "__init__" in text and ("device" in text or MOVE_CALL.search(text) is not None)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # `x.attr = <call with device=, or .to()/.cuda()>` inside an `__init__`
+        inits = index.lines(f for f in index.nodes(*FUNCTIONS) if f.name == "__init__")
+        return any(len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and inits[node.lineno]
+                   and isinstance(node.value, ast.Call) and (
+                       callee(node.value) in ("cuda", "to") or any(k.arg == "device" for k in node.value.keywords))
+                   for node in index.nodes(ast.Assign))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         function = self.ctx.enclosing_function()

@@ -58,11 +58,12 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.diagnostics import Severity
-from torchlint.matching import (DETERMINISTIC_FACTORIES, argument, has_star_args, is_literal, keyword_arg,
+from torchlint.matching import (DETERMINISTIC_FACTORIES, RANDOM_FACTORIES, argument, has_star_args, is_literal, keyword_arg,
                                 replace_arg_value, set_keyword, tensor_factory)
+from torchlint.precheck import SyntaxIndex, callee
 from torchlint.rule import Rule
 from torchlint.rules.move_after_create import (PARAMETER, MoveAfterCreate, create_on_device, creates_non_leaf,
-                                               factory_move)
+                                               factory_move, moved_calls)
 
 
 class RequiresGradThenMove(Rule):
@@ -73,6 +74,13 @@ class RequiresGradThenMove(Rule):
     severity = Severity.ERROR
     fix_applicability = "safe"
     triggers = ("requires_grad", "Parameter")
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a factory given requires_grad=, or an nn.Parameter, moved right away
+        parameter = index.names(["Parameter"])
+        return any(callee(call) in parameter or any(k.arg == "requires_grad" for k in call.keywords)
+                   for call in moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES, "Parameter"))
 
     def visit_Call(self, node: cst.Call) -> None:
         names = tuple(self.ctx.settings.rule_option(MoveAfterCreate.name, "device-names", []))

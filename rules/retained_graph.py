@@ -49,9 +49,12 @@ accumulation needs the graph).
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import root_names
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -139,6 +142,18 @@ class RetainedGraph(Rule):
     summary = "A tensor with autograd history kept across training iterations (memory grows every step)"
     fix_applicability = "safe"
     triggers = ("backward",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # an append, `+=`/`-=` or `total = total + ...` in a loop that calls backward
+        training = index.training_loop_lines
+        if not any(training):
+            return False
+        kept = [call for call in index.calls("append") if len(call.args) == 1 and not call.keywords]
+        kept += [node for node in index.nodes(ast.AugAssign) if isinstance(node.op, (ast.Add, ast.Sub))]
+        kept += [node for node in index.nodes(ast.Assign) if isinstance(node.value, ast.BinOp)
+                 and isinstance(node.value.op, ast.Add)]
+        return any(training[node.lineno] for node in kept)
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -49,9 +49,12 @@ equivalent.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import argument, is_literal, keyword_arg, method_call, positional_args, scope_names
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 # NumPy functions that return a new array (never a view of their argument, never a scalar).
@@ -76,6 +79,11 @@ class TensorFromNumpy(Rule):
     summary = "`torch.tensor(ndarray)` copies the array; `torch.from_numpy` does not"
     fix_applicability = "unsafe"
     triggers = ("tensor(",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)
+                   for call in index.calls("tensor"))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) != "torch.tensor":

@@ -10,12 +10,14 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
 import libcst as cst
+from libcst._nodes.base import CSTNode
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import guards
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
 from torchlint.matching import ImportMap
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import NodeEdit, Report, Rule, RuleContext
 from torchlint.suppression import apply_noqa, skip_file
 from torchlint.walk import visit, walk
@@ -114,28 +116,29 @@ _NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
 _CANNOT_ANALYZE = "torchlint cannot analyze this file"
 
 
-def _too_deep(source: str, path: str) -> Diagnostic | None:
-    """TL000 for a file LibCST must not be given: CPython refuses its nesting, or it nests deeper
-    than torchlint analyzes."""
+def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic | None]:
+    """CPython's tree of the file (None when CPython cannot read it: a syntax error, or a grammar
+    newer than this Python), or TL000 for a file LibCST must not be given: CPython refuses its
+    nesting, or it nests deeper than torchlint analyzes."""
     try:
         tree = _python_compile(source)
     except (RecursionError, MemoryError):
-        return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests too deeply even for Python's own parser; "
-                                  "split the deepest expression, or exclude the file")
+        return None, syntax_error(path, f"{_CANNOT_ANALYZE}: it nests too deeply even for Python's own parser; "
+                                        "split the deepest expression, or exclude the file")
     except SyntaxError as error:
         # brackets (strings included: an overestimate) beyond CPython's limit: a syntax error
         # for this Python, and LibCST must not try
         depth = max(accumulate(map(_BRACKET.__getitem__, _NOT_BRACKETS.sub("", source))), default=0)
         if depth > MAX_BRACKETS or "too many nested" in str(error.msg):
-            return _cpython_error(path, error)
-        return None  # an ordinary syntax error, or a grammar newer than this Python: LibCST decides
+            return None, _cpython_error(path, error)
+        return None, None  # an ordinary syntax error, or a grammar newer than this Python: LibCST decides
     except ValueError:
-        return None
+        return None, None
     if _tree_depth(tree, limit=MAX_NESTING) > MAX_NESTING:
         depth = _tree_depth(tree)
-        return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {depth} levels deep and torchlint reads up to "
-                                  f"{MAX_NESTING}; split the deepest expression, or exclude the file")
-    return None
+        return tree, syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {depth} levels deep and torchlint reads up "
+                                        f"to {MAX_NESTING}; split the deepest expression, or exclude the file")
+    return tree, None
 
 
 def _tree_depth(tree: ast.AST, limit: int | None = None) -> int:
@@ -168,14 +171,37 @@ def _syntax_check(source: str, path: str) -> list[Diagnostic]:
     parser is far cheaper than LibCST's, and LibCST confirms (it knows newer grammars)."""
     if _python_syntax_error(source) is None:
         return []
-    too_deep = _too_deep(source, path)
+    _, too_deep = _python_tree(source, path)
     if too_deep is not None:
         return [too_deep]
     try:
-        cst.parse_module(source)
+        parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     return []
+
+
+# LibCST validates every node as it is built (CSTNode.__post_init__ calls _validate); for the trees
+# its parser builds that is a sixth of the parse and checks nothing the parser has not (LibCST's
+# own comment there says so). The parse skips it, while the LibCST in use still validates that way.
+_POST_INIT = CSTNode.__post_init__
+_VALIDATES_ONLY = _POST_INIT.__code__.co_names == ("_validate",)
+
+
+def _no_validation(node: CSTNode) -> None:
+    return None
+
+
+def parse_module(source: str) -> cst.Module:
+    """``cst.parse_module``, without re-validating the nodes the parser builds. Nodes that rules
+    and fixes build later are validated as usual."""
+    if not _VALIDATES_ONLY:
+        return cst.parse_module(source)
+    CSTNode.__post_init__ = _no_validation
+    try:
+        return cst.parse_module(source)
+    finally:
+        CSTNode.__post_init__ = _POST_INIT
 
 
 def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> list[Diagnostic]:
@@ -186,11 +212,15 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     candidates = [rule for rule in rules if rule.applies(source)]
     if not candidates:
         return _syntax_check(source, path)
-    too_deep = _too_deep(source, path)
+    tree, too_deep = _python_tree(source, path)
     if too_deep is not None:
         return [too_deep]
+    if tree is not None:
+        candidates = _prechecked(candidates, tree, source)
+        if not candidates:
+            return []  # CPython read the file, so it has no syntax error either
     try:
-        module = cst.parse_module(source)
+        module = parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     try:
@@ -209,6 +239,14 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         # a fix would land beside its target: report, but fix nothing
         diagnostics = [replace(d, fix=None) for d in diagnostics]
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
+
+
+def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str) -> list[type[Rule]]:
+    """The rules whose precheck on CPython's tree passes (torchlint/precheck.py)."""
+    if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
+        return rules
+    index = SyntaxIndex(tree, source)
+    return [rule for rule in rules if rule.precheck(index)]
 
 
 def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
@@ -359,7 +397,7 @@ def _overlaps(a: Edit, b: Edit) -> bool:
 
 def parses(source: str) -> bool:
     try:
-        cst.parse_module(source)
+        parse_module(source)
     except (cst.ParserSyntaxError, RecursionError):
         return False
     return True

@@ -22,6 +22,7 @@ import libcst as cst
 
 from torchlint import matching
 from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Severity
+from torchlint.precheck import SyntaxIndex
 from torchlint.walk import visit
 
 KINDS = ("performance", "correctness", "deprecation", "migration")
@@ -151,6 +152,13 @@ class Rule:
         the rule ends up silent on, never no to text it would fire on. Override it for a sharper test
         than "contains one of the triggers"."""
         return any(trigger in text for trigger in cls.triggers)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        """The cheap first pass, on CPython's syntax tree of a file whose text passed ``applies``
+        (see torchlint/precheck.py): can the shapes the rule reports occur in the file? Like
+        ``applies`` it may say yes wrongly, never no wrongly."""
+        return True
 
     @classmethod
     def docs(cls) -> str:

@@ -1,0 +1,68 @@
+"""The cheap first pass (torchlint/precheck.py) must never hide a finding: linting with the
+prechecks gives exactly what linting without them gives, on every fixture and realistic script."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from torchlint import engine
+from torchlint.config import resolve_settings
+from torchlint.precheck import SyntaxIndex
+from torchlint.rule import Rule, all_rules
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted(p for folder in ("fixtures", "bench/realistic") for p in (ROOT / folder).rglob("*.py"))
+SETTINGS = resolve_settings(ROOT, isolated=True, select=["ALL"])
+
+
+def lint(path: Path, prechecks: bool, monkeypatch) -> list:
+    with monkeypatch.context() as patch:
+        if not prechecks:
+            patch.setattr(engine, "_prechecked", lambda rules, tree, source: rules)
+        return engine.lint_source(path.read_text(encoding="utf-8"), str(path), SETTINGS)
+
+
+def test_there_are_sources_and_prechecks():
+    assert len(SOURCES) > 150
+    assert sum(rule.precheck.__func__ is not Rule.precheck.__func__ for rule in all_rules()) >= 10
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_prechecks_hide_nothing(path, monkeypatch):
+    assert lint(path, True, monkeypatch) == lint(path, False, monkeypatch)
+
+
+def prechecked(source: str) -> set[str]:
+    index = SyntaxIndex(ast.parse(source), source)
+    return {rule.code for rule in all_rules() if rule.precheck(index)}
+
+
+@pytest.mark.parametrize("source, code", [
+    # a name imported under an alias is still the name
+    ("from torch import tensor as T\nx = T(np.ones(3))\n", "TL204"),
+    ("from torch.nn import Parameter as P\nw = P(torch.randn(3)).cuda()\n", "TL102"),
+    ("from torch.nn import Conv2d as C, BatchNorm2d as B\nm = nn.Sequential(C(1, 2, 3), B(2))\n", "TL401"),
+    # a class derived from a LightningModule through another class of the file
+    ("class Base(L.LightningModule): pass\nclass M(Base):\n    def f(self):\n        self.log('a', x.item())\n",
+     "TL903"),
+    # `backward` through Accelerate and Lightning's manual optimization
+    ("for b in d:\n    losses.append(loss)\n    self.manual_backward(loss)\n", "TL101"),
+    ("while True:\n    total += loss\n    accelerator.backward(loss)\n", "TL101"),
+    # a decorated method: its decorators count as inside it
+    ("class M:\n    @dec\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
+])
+def test_precheck_passes_the_shape(source, code):
+    assert code in prechecked(source)
+
+
+@pytest.mark.parametrize("source, code", [
+    ("x = torch.tensor([1, 2], dtype=torch.float32)\n", "TL204"),  # keywords: not the pattern
+    ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
+    ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
+    ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
+])
+def test_precheck_rejects_what_cannot_match(source, code):
+    assert code not in prechecked(source)
