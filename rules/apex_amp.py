@@ -276,7 +276,9 @@ class ApexAmp(Rule):
                 or initialize.opt_level not in APEX["fixable_opt_levels"]:
             return None
         handled = set()
-        edits = [initialize.edit, self.replace(self.import_statement, "")]
+        # the import's whole line goes: the statement, then its comment and newline
+        edits = [initialize.edit, self.replace(self.import_statement, ""),
+                 self.replace(self.import_statement.trailing_whitespace, "")]
         for site in self.sites:
             if site.edits is None or (initialize.function is not None and site.function is not initialize.function):
                 return None

@@ -92,6 +92,20 @@ def test_missing_path_exits_2_and_names_it(project):
     assert "Traceback" not in result.stderr.decode()
 
 
+def test_unreadable_path_is_not_all_checks_passed(project):
+    (project / "ok.py").write_text("x = 1\n")
+    (project / "train.py").write_text(LEAK)
+    result = run_torchlint("--no-cache", "ok.py", "nope.py", cwd=project)
+    assert result.returncode == 2
+    assert result.stdout.decode() == "Could not check 1 path (see the error above).\n"
+    # with findings too, the summary counts them and still says that a path was not checked
+    result = run_torchlint("--no-cache", "train.py", "nope.py", "gone.py", cwd=project)
+    assert result.returncode == 2
+    assert result.stdout.decode().splitlines()[-3:] == [
+        "Found 1 error.", "Could not check 2 paths (see the errors above).",
+        "[*] 1 fixable with the `--fix` option."]
+
+
 def test_syntax_error_is_tl000_and_other_files_still_checked(project):
     (project / "broken.py").write_text("import torch\ndef f(:\n    pass\n")
     (project / "train.py").write_text(LEAK)

@@ -72,3 +72,13 @@ def test_text_output_columns_are_one_based(project):
     out = run_torchlint("--no-cache", "t.py", cwd=project).stdout.decode()
     assert out.startswith("t.py:2:5: TL201 [*] ")
     assert Path(project / "t.py").exists()
+
+
+def test_text_summary_never_says_all_passed_when_paths_were_not_checked():
+    from torchlint.output import format_text
+
+    assert format_text([], unsafe_fixes=False, fix_mode=False) == "All checks passed!\n"
+    assert format_text([], unsafe_fixes=False, fix_mode=False, errors=1) == \
+        "Could not check 1 path (see the error above).\n"
+    assert format_text([], unsafe_fixes=False, fix_mode=True, errors=3) == \
+        "Could not check or fix 3 paths (see the errors above).\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
     reason="the harness runs training scripts and needs torch: pip install torch==2.13.0 (the `test` extra)")
 
+import torchlint  # noqa: E402
 from torchlint.engine import fix_source  # noqa: E402
+from torchlint.fileio import read_source  # noqa: E402
 from torchlint.harness import verify as verify_module  # noqa: E402
 from torchlint.harness.cli import verify  # noqa: E402
 
@@ -175,6 +178,73 @@ def test_user_files_are_left_alone_and_arguments_reach_the_script(tmp_path):
     assert any("ended by itself after 20" in note for note in report["notes"])
 
 
+def test_script_in_latin_1_is_fixed_in_latin_1(tmp_path):
+    # checked before training: a copy written in UTF-8 under a latin-1 cookie reads two characters
+    header = "# -*- coding: latin-1 -*-\nassert '\u00e9' == '\\xe9', 'the script was not written in latin-1'\n"
+    script = tmp_path / "train.py"
+    script.write_bytes((header + TINY_TRAINING.format(step_call="optimizer.step()")).encode("latin-1"))
+    before = script.read_bytes()
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "20", str(script))
+    report = json.loads(stdout)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report
+    assert fix_codes(report) == {"TL101"}
+    assert script.read_bytes() == before
+
+
+def test_symbolic_links_in_the_copies_lead_to_the_copies(tmp_path):
+    """A link into the script's folder, written as an absolute path, would let a run write to
+    the user's files: the copy's link leads to the copy instead."""
+    folder = tmp_path / "project"
+    (folder / "out").mkdir(parents=True)
+    (folder / "checkpoints").symlink_to(folder / "out")
+    script = write_script(folder, TINY_TRAINING.format(step_call="optimizer.step()").replace(
+        'open("progress.txt", "w")', 'open("checkpoints/progress.txt", "w")'))
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "20", str(script))
+    assert (exit_code, json.loads(stdout)["verdict"]) == (0, "pass")
+    assert list((folder / "out").iterdir()) == []
+
+
+def test_copying_the_folder_keeps_the_users_files_out_of_reach(tmp_path):
+    folder, elsewhere = tmp_path / "project", tmp_path / "datasets"
+    (folder / "lib").mkdir(parents=True)
+    elsewhere.mkdir()
+    script = write_script(folder, "# -*- coding: latin-1 -*-\nname = 'caf\u00e9'\n")
+    script.write_bytes(script.read_text(encoding="utf-8").encode("latin-1"))
+    (folder / "lib" / "model.py").write_text("x = 1\n")
+    links = {"lib_absolute": folder / "lib", "lib_relative": Path("lib"), "model_absolute": folder / "lib" / "model.py",
+             "here": folder, "data": elsewhere, "parent": tmp_path}
+    for name, target in links.items():
+        (folder / name).symlink_to(target)
+    left_out: list[str] = []
+    copy = verify_module._copy_script_folder(read_source(script), tmp_path / "copy", "name = 'th\u00e9'\n", left_out)
+
+    assert not copy.is_symlink() and copy.read_bytes() == "name = 'th\u00e9'\n".encode("latin-1")
+    assert script.read_bytes() == "# -*- coding: latin-1 -*-\nname = 'caf\u00e9'\n".encode("latin-1")
+    copied = tmp_path / "copy"
+    for name in ("lib_absolute", "lib_relative", "model_absolute", "here"):  # into the folder: into the copy
+        assert (copied / name).is_symlink()
+        assert Path(os.path.realpath(copied / name)).is_relative_to(copied), name
+    assert (copied / "lib_absolute" / "model.py").read_text() == "x = 1\n"
+    assert os.path.realpath(copied / "data") == str(elsewhere)  # data elsewhere stays where it is
+    assert not (copied / "parent").exists() and not (copied / "parent").is_symlink()  # it holds the folder
+    assert left_out == ["parent"]
+
+
+def test_the_script_does_not_see_torchlints_folder(monkeypatch, tmp_path):
+    # With an editable install, torchlint's folder is its repository (tests/, rules/, bench/):
+    # the script must import its own modules, not those.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    root = Path(torchlint.__file__).resolve().parent.parent
+    check = (f"import os, sys\nroot = {str(root)!r}\n"
+             "seen = [p for p in [*sys.path, *os.environ.get('PYTHONPATH', '').split(os.pathsep)]\n"
+             "        if p and os.path.realpath(p) == root]\n"
+             "if seen:\n    raise SystemExit(f'torchlint\\'s folder is on the script\\'s path: {seen}')\n")
+    script = write_script(tmp_path, check + TINY_TRAINING.format(step_call="optimizer.step()"))
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "20", str(script))
+    report = json.loads(stdout)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
+
+
 def test_text_report(tmp_path):
     script = write_script(tmp_path, TINY_TRAINING.format(step_call="optimizer.step()"))
     plot = tmp_path.parent / f"{tmp_path.name}.png"
@@ -205,17 +275,19 @@ def test_broken_script_exits_2(tmp_path):
     script = write_script(tmp_path, "import torch\n\nraise RuntimeError('dataset not found')\n")
     exit_code, stdout, _ = run_cli("--format", "json", str(script))
     report = json.loads(stdout)
-    assert exit_code == 2 and report["verdict"] == "fail"
+    assert exit_code == 2 and report["verdict"] == "error"  # not a failed fix: nothing to judge it by
     assert report["reasons"] == ["the original script does not run: RuntimeError: dataset not found"]
     assert "RuntimeError: dataset not found" in report["runs"]["original"]["error"]
     assert report["runs"]["fixed"] is None
+    exit_code, stdout, _ = run_cli(str(script))
+    assert exit_code == 2 and "verdict: error" in stdout.splitlines()
 
 
 def test_script_that_never_steps_an_optimizer_exits_2(tmp_path):
     script = write_script(tmp_path, TINY_TRAINING.format(step_call="pass  # forgot optimizer.step()"))
     exit_code, stdout, _ = run_cli("--format", "json", str(script))
     report = json.loads(stdout)
-    assert exit_code == 2
+    assert exit_code == 2 and report["verdict"] == "error"
     assert "never steps an optimizer" in report["reasons"][0]
     assert report["runs"]["original"]["finished"] and report["runs"]["original"]["steps"] == 0
 

@@ -134,7 +134,7 @@ def _check_paths(paths, settings, fix, diff, output_format, statistics, exit_zer
     elif output_format in REPORTS:
         sys.stdout.write(REPORTS[output_format](results))
     else:
-        text = format_text(results, unsafe_fixes=settings.unsafe_fixes, fix_mode=fix)
+        text = format_text(results, unsafe_fixes=settings.unsafe_fixes, fix_mode=fix, errors=len(errors))
         if quiet:
             text = "".join(line + "\n" for line in text.splitlines() if line.count(":") >= 3 and " TL" in line)
         sys.stdout.write(text)
@@ -160,6 +160,8 @@ def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> 
             result = FileResult(name, text)
         else:
             result = check_text(text, name, settings, Options(fix=fix, diff=diff))
+    if result.error:
+        _error(result.error)  # before the summary, which refers to it
     if fix and not diff:
         sys.stdout.write(result.source)  # the fixed buffer, for editors
         report = sys.stderr
@@ -170,9 +172,9 @@ def _check_stdin(name, settings, fix, diff, output_format, exit_zero, quiet) -> 
     elif output_format in REPORTS:
         report.write(REPORTS[output_format]([result]))
     elif not quiet or result.diagnostics:
-        report.write(format_text([result], unsafe_fixes=settings.unsafe_fixes, fix_mode=fix))
+        report.write(format_text([result], unsafe_fixes=settings.unsafe_fixes, fix_mode=fix,
+                                 errors=1 if result.error else 0))
     if result.error:
-        _error(result.error)
         return EXIT_ERROR
     if diff:
         return EXIT_FINDINGS if result.diff else EXIT_CLEAN

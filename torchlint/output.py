@@ -222,7 +222,9 @@ def _marker(diag: Diagnostic, unsafe_fixes: bool) -> str:
     return "[*] " if diag.fix is not None and diag.fix.applies(unsafe_fixes) else ""
 
 
-def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, show_source: bool = True) -> str:
+def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, show_source: bool = True, errors: int = 0) -> str:
+    """The findings, one a line, and Ruff's summary. ``errors``: paths that could not be read,
+    checked or written (reported on stderr): with any, the summary never says that all passed."""
     lines = []
     diagnostics = [(r, d) for r in sorted(results, key=lambda r: r.path) for d in r.diagnostics]
     for result, diag in diagnostics:
@@ -237,8 +239,11 @@ def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, show_source: boo
         summary.append(f"Found {count + fixed} error{'s' if count + fixed != 1 else ''} ({fixed} fixed, {count} remaining).")
     elif count:
         summary.append(f"Found {count} error{'s' if count != 1 else ''}.")
-    elif not fix_mode:
+    elif not fix_mode and not errors:
         summary.append("All checks passed!")
+    if errors:
+        paths, them = ("path", "error") if errors == 1 else ("paths", "errors")
+        summary.append(f"Could not check{' or fix' if fix_mode else ''} {errors} {paths} (see the {them} above).")
     fixable = sum(1 for _, d in diagnostics if d.fix is not None and d.fix.applies(unsafe_fixes))
     hidden = sum(1 for _, d in diagnostics if d.fix is not None and not d.fix.applies(unsafe_fixes))
     if fixable:

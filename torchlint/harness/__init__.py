@@ -12,5 +12,5 @@ own subprocess, under the same seeds, for N optimizer steps, instrumented from t
 - ``cli``: the ``torchlint verify`` command.
 
 Nothing here imports torch in the parent process; only the bootstrap does, in the subprocess.
-This module stays free of imports so that ``python -m torchlint.harness.bootstrap`` starts fast.
+This module stays free of imports so that the bootstrap, which imports from it, starts fast.
 """

@@ -1,7 +1,7 @@
 """Runs one training script under instrumentation; the subprocess side of ``torchlint verify``.
 
-    python -m torchlint.harness.bootstrap --result-dir DIR --steps N [--seed S] [--device D] SCRIPT [ARGS...]
-    torchrun --nproc_per_node=N -m torchlint.harness.bootstrap ... (the same arguments)
+    python .../torchlint/harness/bootstrap.py --result-dir DIR --steps N [--seed S] [--device D] SCRIPT [ARGS...]
+    torchrun --nproc_per_node=N .../torchlint/harness/bootstrap.py ... (the same arguments)
 
 The script needs no change. Before running it (``runpy.run_path`` as ``__main__``, with
 ``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT ARGS`` would set them) this module:
@@ -325,7 +325,7 @@ def run(script: Path, script_args: list[str], steps: int, seed: int, device: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchlint.harness.bootstrap", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bootstrap.py", description=__doc__.split("\n")[0])
     parser.add_argument("--result-dir", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
@@ -340,4 +340,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a file, so that neither this folder nor torchlint's (with an editable install, a whole
+    # repository) is on the script's path: the package is imported from here once, its modules are
+    # found through it from then on, and sys.path[0] is the script's folder, where the run starts.
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+    import torchlint.harness  # noqa: F401
+    sys.path[0] = os.getcwd()
     sys.exit(main())

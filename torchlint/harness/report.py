@@ -29,14 +29,16 @@ def to_json(report: VerifyReport) -> dict:
     """The object ``torchlint verify --format json`` prints (see issue 3). Beyond the issue's keys:
     ``runs.fixed`` is null when the fixed script did not run; ``runs.fixed_torchrun`` is there when
     a distributed rewrite ran under torchrun; ``notes`` says how the numbers were taken (CUDA
-    mapped to the CPU, the memory measure). Fix lines are 1-based, as in the text report."""
+    mapped to the CPU, the memory measure). Fix lines are 1-based, as in the text report. ``verdict``
+    is "pass", "fail" or "error" (the original could not serve as a reference), as the exit code
+    is 0, 1 or 2."""
     return {
         "script": display_path(report.script),
         "device": report.device,
         "steps": report.steps,
         "fixes": [{"code": f.code, "line": f.line, "applicability": f.applicability} for f in report.fixes],
         "runs": {label: run.to_json() if run is not None else None for label, run in report.runs.items()},
-        "verdict": "pass" if report.verdict.passed else "fail",
+        "verdict": report.verdict.name,
         "reasons": report.verdict.reasons,
         "notes": report.notes,
     }
@@ -99,7 +101,7 @@ def format_text(report: VerifyReport) -> str:
         lines.append(name.ljust(first_width) + "".join(value.rjust(w) for value, w in zip(values, widths)))
     lines.append("")
 
-    lines.append(f"verdict: {'pass' if report.verdict.passed else 'fail'}")
+    lines.append(f"verdict: {report.verdict.name}")
     lines += [f"  - {reason}" for reason in report.verdict.reasons]
     for label, run in runs.items():
         if run.error:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from torchlint.harness import bootstrap
 from torchlint.harness.bootstrap import ERROR_TAIL_LINES, RESULT_FILE, STEPS_FILE
 
 PROGRESS_EVERY_S = 2.0
@@ -64,16 +65,11 @@ def memory_growth(samples: list[int]) -> int | None:
     return int(statistics.median(samples[-window:]) - statistics.median(samples[:window]))
 
 
-def package_parent() -> Path:
-    """The folder that holds the ``torchlint`` package, for the subprocess's PYTHONPATH."""
-    import torchlint
-
-    return Path(torchlint.__file__).resolve().parent.parent
-
-
 def run_environment(seed: int) -> dict[str, str]:
+    """The user's environment, with the seeds and settings every run shares. Nothing of
+    torchlint's: the bootstrap finds its package by itself and gives the script the path that
+    ``python SCRIPT`` would (with an editable install, torchlint's folder is a whole repository)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_parent()), env.get("PYTHONPATH")]))
     env["PYTHONHASHSEED"] = str(seed)  # set/dict iteration order must match between runs
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # required by deterministic cuBLAS
@@ -86,7 +82,8 @@ def bootstrap_command(script: Path, script_args: list[str], *, steps: int, seed:
     if nproc is not None:
         # torchrun as a module of this interpreter; --standalone picks a free rendezvous port.
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    return [*launcher, "-m", "torchlint.harness.bootstrap", "--result-dir", str(result_dir), "--steps", str(steps),
+    # the bootstrap as a file, not `-m torchlint.harness.bootstrap`, which needs torchlint's folder on the path
+    return [*launcher, str(Path(bootstrap.__file__).resolve()), "--result-dir", str(result_dir), "--steps", str(steps),
             "--seed", str(seed), "--device", device, str(script), "--", *script_args]
 
 

@@ -12,7 +12,7 @@
   a process group of N, and its losses are finite.
 
 The original must run and step an optimizer, or there is nothing to compare against: that is
-``CANNOT_VERIFY`` (exit 2), not a failed fix.
+``CANNOT_VERIFY`` (exit 2, verdict "error"), not a failed fix.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from torchlint.harness.runner import RunResult
 
 PASS, FAIL, CANNOT_VERIFY = 0, 1, 2
+VERDICT_NAMES = {PASS: "pass", FAIL: "fail", CANNOT_VERIFY: "error"}  # as the reports write them
 
 TOLERANCES = {"cpu": (1e-5, 1e-7), "cuda": (1e-3, 1e-5)}  # device -> (rtol, atol)
 TRAINS_MIN_RELATIVE_DROP = 0.10
@@ -46,8 +47,9 @@ class Verdict:
     reasons: list[str]
 
     @property
-    def passed(self) -> bool:
-        return self.exit_code == PASS
+    def name(self) -> str:
+        """As the reports write it: pass, fail, or error when there was nothing to judge the fixes by."""
+        return VERDICT_NAMES[self.exit_code]
 
 
 def judge_original(original: RunResult) -> Verdict | None:

@@ -1,9 +1,11 @@
 """``torchlint verify``: prove that a fixed training script still trains.
 
 The script's folder is copied to a scratch directory once per run, so that no run sees what
-another wrote (a checkpoint it would resume from) and the user's files are never touched. The
-selected fixes are applied to the script itself in the fixed copies; modules it imports from its
-folder run as written. Then the original runs, the fixed script runs, and, for a distributed
+another wrote (a checkpoint it would resume from) and the user's files are never touched: the
+script in each copy is a file of its own, written in the script's own encoding, and a symbolic
+link that leads back into the folder leads into the copy instead (see ``_copy_script_folder``).
+The selected fixes are applied to the script itself in the fixed copies; modules it imports from
+its folder run as written. Then the original runs, the fixed script runs, and, for a distributed
 rewrite, the fixed script runs again under torchrun; ``verdict`` judges them.
 
 Limits: the original always runs as plain ``python``, so a script that only works under a
@@ -18,11 +20,12 @@ import fnmatch
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from torchlint.config import DEFAULT_EXCLUDE, resolve_settings
 from torchlint.engine import fix_source
+from torchlint.fileio import SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, write_source
 from torchlint.harness.runner import Progress, RunResult, run_script
 from torchlint.harness.verdict import PASS, AppliedFix, Verdict, judge, judge_original
 
@@ -70,17 +73,18 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
         raise VerifyError(f"{script}: no such file")
     if options.steps < 1:
         raise VerifyError("--steps must be at least 1")
-    fixed_source, fixes = apply_fixes(script, options)
+    original_file, fixed_source, fixes = apply_fixes(script, options)
     distributed = any(fix.is_distributed_rewrite for fix in fixes)
     nproc = options.nproc if options.nproc is not None else (DEFAULT_NPROC_FOR_DISTRIBUTED if distributed else 1)
     _check_folder_size(script.parent)
 
     runs: dict[str, RunResult | None] = {"original": None, "fixed": None}
+    left_out: list[str] = []  # links in the folder that lead to one of its ancestors
     with tempfile.TemporaryDirectory(prefix="torchlint-verify-") as scratch_dir:
         scratch = Path(scratch_dir)
 
         def run(label: str, source: str | None, launch_nproc: int | None = None) -> RunResult:
-            copy = _copy_script_folder(script, scratch / label, source)
+            copy = _copy_script_folder(original_file, scratch / label, source, left_out)
             if progress:
                 launcher = f"torchrun --nproc_per_node={launch_nproc}" if launch_nproc else "python"
                 progress(f"{label}: running {script.name} under {launcher} for {options.steps} steps")
@@ -104,13 +108,17 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
             verdict = judge(original, fixed, fixes, device=device, distributed=distributed_run, nproc=nproc)
 
     report = VerifyReport(script, options.steps, device, fixes, runs, verdict, notes=[])
-    report.notes = _notes(report, options, distributed, nproc)
+    report.notes = _notes(report, options, distributed, nproc, sorted(set(left_out)))
     return report
 
 
-def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, nproc: int) -> list[str]:
+def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, nproc: int,
+           left_out: list[str]) -> list[str]:
     """What a reader of the numbers must know about how they were taken."""
     notes = []
+    if left_out:
+        notes.append("symbolic links to a folder that holds the script's folder were left out of the runs' copies, "
+                     f"so that no run could write to your files through them: {', '.join(left_out)}")
     mapped = [f"{run.cuda_mapped_calls} in the {label.replace('_', ' ')} run"
               for label, run in report.runs.items() if run is not None and run.cuda_mapped_calls]
     if mapped:
@@ -134,12 +142,19 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
     return notes
 
 
-def apply_fixes(script: Path, options: VerifyOptions) -> tuple[str, list[AppliedFix]]:
-    """The fixed text of the script and the fixes it took, with the project's configuration."""
+def apply_fixes(script: Path, options: VerifyOptions) -> tuple[SourceFile, str, list[AppliedFix]]:
+    """The script as read (in its declared encoding), its fixed text and the fixes it took, with
+    the project's configuration."""
+    try:
+        original = read_source(script)
+    except SourceReadError as error:
+        raise VerifyError(str(error)) from None
+    except SourceDecodeError as error:
+        raise VerifyError(f"{script}: cannot decode the script: {error}") from None
     settings = resolve_settings(script, select=options.select, unsafe_fixes=options.unsafe_fixes)
-    result = fix_source(script.read_text(encoding="utf-8"), str(script), settings)
+    result = fix_source(original.text, str(script), settings)
     fixes = [AppliedFix(d.code, d.line + 1, d.fix.applicability) for d in result.fixed]
-    return result.source, sorted(fixes, key=lambda fix: (fix.line, fix.code))
+    return original, result.source, sorted(fixes, key=lambda fix: (fix.line, fix.code))
 
 
 def _not_copied(name: str) -> bool:
@@ -162,11 +177,35 @@ def _check_folder_size(folder: Path) -> None:
                           "folder with only what it needs (symbolic links to data are copied as links).")
 
 
-def _copy_script_folder(script: Path, destination: Path, source: str | None) -> Path:
-    """Copy the script's folder; write ``source`` over the copy of the script when given."""
-    shutil.copytree(script.parent, destination, symlinks=True,
+def _copy_script_folder(script: SourceFile, destination: Path, source: str | None, left_out: list[str]) -> Path:
+    """Copy the script's folder, and in it the script as read, or ``source`` in the script's
+    encoding when given. Symbolic links are copied as links (data stays where it is), except
+    that none may lead to the user's files in the folder: one that leads into the folder is
+    pointed at the same place in the copy, one that leads to a folder holding it is left out
+    (its name is added to ``left_out``), and the script itself is a file of its own."""
+    folder = script.path.parent
+    shutil.copytree(folder, destination, symlinks=True,
                     ignore=lambda _dir, names: [n for n in names if _not_copied(n)])
-    copy = destination / script.name
+    for link in _links(destination):
+        target = Path(os.path.realpath(folder / link.relative_to(destination)))
+        if target == folder or folder in target.parents:
+            link.unlink()
+            link.symlink_to(os.path.relpath(destination / target.relative_to(folder), link.parent))
+        elif target in folder.parents:
+            link.unlink()
+            left_out.append(link.relative_to(destination).as_posix())
+    copy = destination / script.path.name
+    copy.unlink(missing_ok=True)  # whatever the copy holds there, the runs get the bytes that were read
+    copy.write_bytes(script.raw)
     if source is not None:
-        copy.write_text(source, encoding="utf-8")
+        try:
+            write_source(replace(script, path=copy), source)
+        except WriteError as error:
+            raise VerifyError(f"{script.path}: the fixed script cannot be written: {error}") from None
     return copy
+
+
+def _links(folder: Path) -> list[Path]:
+    """The symbolic links under ``folder``, which is not left through them."""
+    return [Path(root, name) for root, dirs, files in os.walk(folder) for name in (*dirs, *files)
+            if os.path.islink(os.path.join(root, name))]
