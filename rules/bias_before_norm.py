@@ -43,6 +43,7 @@ is called anywhere else in the module, or when anything sits between the layer a
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 
@@ -50,7 +51,7 @@ import libcst as cst
 
 from torchlint.matching import argument, dotted_name, names_in, has_star_args, is_literal, replace_arg_value, \
     set_keyword, string_value
-from torchlint.precheck import SyntaxIndex
+from torchlint.precheck import SyntaxIndex, has_star_args as has_star, is_literal as literal, keyword
 from torchlint.rule import Rule
 
 # layer -> (dimension, positional index of `bias`)
@@ -69,6 +70,13 @@ ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
 
 def _last_parts(names) -> set[str]:
     return {name.rsplit(".", 1)[-1] for name in names}
+
+
+def _may_keep_bias(call: ast.Call, position: int) -> bool:
+    """The precheck's _has_bias: no ``bias=False`` (by keyword, or at its place) in the call."""
+    bias = keyword(call, "bias")
+    bias = bias.value if bias is not None else call.args[position] if len(call.args) > position else None
+    return has_star(call) or not literal(bias, False)
 
 
 @dataclass
@@ -99,8 +107,29 @@ class BiasBeforeNorm(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a biased layer and a norm, both constructed in the file
-        return bool(index.calls(*_last_parts(NORMS))) and bool(index.calls(*_last_parts(BIASED_LAYERS)))
+        # a layer that keeps its bias, right before a norm in an nn.Sequential, or both assigned
+        # to attributes (`self.conv = ...`, `self.bn = ...`) for forward to chain
+        norms = {id(call) for call in index.calls(*_last_parts(NORMS))}
+        if not norms:
+            return False
+        biased = {id(call) for name, (_, position) in BIASED_LAYERS.items()
+                  for call in index.calls(_last_parts([name]).pop()) if _may_keep_bias(call, position)}
+        for sequential in index.calls(*_last_parts(SEQUENTIAL)):
+            modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
+            if len(modules) == 1 and isinstance(modules[0], ast.Call):
+                return True  # nn.Sequential(OrderedDict([...]))
+            if any(id(layer) in biased and id(norm) in norms for layer, norm in zip(modules, modules[1:])):
+                return True
+        assigned = {id(node.value) for node in index.nodes(ast.Assign)
+                    if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)}
+        return bool(assigned & biased) and bool(assigned & norms)
+        for name, (_, position) in BIASED_LAYERS.items():
+            for call in index.calls(_last_parts([name]).pop()):
+                bias = keyword(call, "bias")
+                bias = bias.value if bias is not None else call.args[position] if len(call.args) > position else None
+                if has_star(call) or not literal(bias, False):
+                    return True
+        return False
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -56,6 +56,7 @@ import libcst as cst
 
 from torchlint.diagnostics import Severity
 from torchlint.matching import may_train_on_cuda, uses_reduced_precision
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 class ChannelsLast(Rule):
@@ -65,11 +66,15 @@ class ChannelsLast(Rule):
     summary = "Mixed-precision CNN training in NCHW instead of `memory_format=torch.channels_last`"
     severity = Severity.INFORMATION
     triggers = ("Conv2d", "torchvision")
+    scope = "file"  # reads the whole module: its training loops, wherever they are
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and may_train_on_cuda(text)
-    scope = "file"  # reads the whole module: its training loops, wherever they are
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return index.training_script()  # see RuleContext.cuda_training_script
 
     def leave_Module(self, original_node: cst.Module) -> None:
         source = self.ctx.source

@@ -53,10 +53,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ast
+
 import libcst as cst
 
 from torchlint.diagnostics import Severity
 from torchlint.matching import CLIP_GRAD_FUNCTIONS, dotted_name, method_call
+from torchlint.precheck import SyntaxIndex, callee
 from torchlint.rule import Rule
 
 
@@ -87,6 +90,12 @@ class ClipWithoutUnscale(Rule):
     severity = Severity.ERROR
     fix_applicability = "safe"
     triggers = ("clip_grad",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a scaled backward: `scaler.scale(loss).backward()`
+        return any(isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call)
+                   and callee(call.func.value) == "scale" for call in index.calls("backward"))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -58,6 +58,7 @@ import re
 import libcst as cst
 
 from torchlint.matching import may_train_on_cuda
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 ALREADY_DECIDED = ("cudnn.benchmark", "cudnn.deterministic", "use_deterministic_algorithms")
@@ -72,11 +73,15 @@ class CudnnBenchmark(Rule):
     summary = "Convolutional CUDA training without `torch.backends.cudnn.benchmark = True`"
     fix_applicability = "unsafe"
     triggers = ("Conv", "torchvision")
+    scope = "file"  # reads the whole module: its training loops, wherever they are
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and may_train_on_cuda(text)
-    scope = "file"  # reads the whole module: its training loops, wherever they are
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return index.training_script()  # see RuleContext.cuda_training_script
 
     def leave_Module(self, original_node: cst.Module) -> None:
         source = self.ctx.source

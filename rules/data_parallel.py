@@ -54,6 +54,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.matching import argument, has_star_args, keyword_arg
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 DATA_PARALLEL = frozenset({
@@ -96,6 +97,10 @@ class DataParallel(Rule):
     summary = "`nn.DataParallel` instead of `DistributedDataParallel`"
     fix_applicability = "unsafe"
     triggers = ("DataParallel",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return bool(index.calls("DataParallel"))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) not in DATA_PARALLEL:

@@ -77,12 +77,12 @@ class FusedOptimizer(Rule):
     summary = "Adam/AdamW/SGD on CUDA without `fused=True` (one kernel per update instead of many)"
     fix_applicability = "unsafe"
     triggers = ("Adam", "SGD")
+    scope = "file"  # reads the whole module: its training loops, wherever they are
+    torch_versions = ">=2.0"
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and may_train_on_cuda(text)
-    scope = "file"  # reads the whole module: its training loops, wherever they are
-    torch_versions = ">=2.0"
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = OPTIMIZERS.get(self.ctx.qualified_name(node.func) or "")

@@ -54,9 +54,12 @@ fire on most scripts. Enable it (`--extend-select TL802`) when tuning a loop's t
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import dotted_name, is_periodic_test, method_call, names_in
+from torchlint.precheck import FUNCTIONS, SyntaxIndex
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -76,6 +79,15 @@ class HostSyncInLoop(Rule):
     def applies(cls, text: str) -> bool:
         # a training loop calls backward (`loss.backward()`, `manual_backward`), or it is Lightning's
         return super().applies(text) and ("backward" in text or "training_step" in text)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a synchronizing call in a loop that calls backward, or in a Lightning training_step
+        steps = index.lines(f for f in index.nodes(*FUNCTIONS) if f.name == "training_step")
+        return any(index.training_loop_lines[call.lineno] or steps[call.lineno]
+                   for call in index.nodes(ast.Call)
+                   if isinstance(call.func, ast.Attribute) and call.func.attr in SYNC_METHODS
+                   or isinstance(call.func, ast.Name) and call.func.id == "print")
 
     def __init__(self, ctx):
         super().__init__(ctx)

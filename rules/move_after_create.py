@@ -144,11 +144,11 @@ class MoveAfterCreate(Rule):
     summary = "A factory-made tensor moved right away instead of created on the device (`device=`)"
     fix_applicability = "safe"
     triggers = (".cuda(", ".to(")
+    options = {"device-names": (list, [], "More variable names to treat as devices")}
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return MOVE_AFTER_CALL.search(text) is not None
-    options = {"device-names": (list, [], "More variable names to treat as devices")}
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:

@@ -79,6 +79,7 @@ import re
 import libcst as cst
 
 from torchlint.matching import amp_constructor, may_train_on_cuda, method_call, root_names, uses_reduced_precision
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -105,12 +106,16 @@ class NoAmp(Rule):
     summary = "A float32 CUDA training loop without autocast (mixed precision)"
     fix_applicability = "unsafe"
     triggers = ("backward",)
+    torch_versions = ">=1.10"
+    default_enabled = False
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return may_train_on_cuda(text)
-    torch_versions = ">=1.10"
-    default_enabled = False
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return index.training_script()  # see RuleContext.cuda_training_script
 
     def __init__(self, ctx):
         super().__init__(ctx)

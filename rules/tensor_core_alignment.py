@@ -73,11 +73,11 @@ class TensorCoreAlignment(Rule):
     summary = "Linear/Embedding sizes that are not multiples of 8 under float16/bfloat16"
     severity = Severity.INFORMATION
     triggers = ("Linear", "Embedding")
+    options = {"min-size": (int, 64, "Sizes below this are not reported")}
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and ("__main__" in text or "backward" in text) and uses_reduced_precision(text)
-    options = {"min-size": (int, 64, "Sizes below this are not reported")}
 
     def visit_Call(self, node: cst.Call) -> None:
         layer = QUALIFIED.get(self.ctx.qualified_name(node.func) or "")

@@ -81,6 +81,11 @@ class TensorFromNumpy(Rule):
     triggers = ("tensor(",)
 
     @classmethod
+    def applies(cls, text: str) -> bool:
+        # the array comes from numpy: `import numpy`, or a `.numpy()`/`.to_numpy()` call
+        return "tensor(" in text and "numpy" in text
+
+    @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         return any(len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)
                    for call in index.calls("tensor"))

@@ -63,6 +63,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.matching import may_train_on_cuda, uses_reduced_precision
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 ALREADY_DECIDED = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
@@ -75,12 +76,16 @@ class Tf32Matmul(Rule):
     summary = "float32 CUDA training without TF32 matmuls (`torch.set_float32_matmul_precision(\"high\")`)"
     fix_applicability = "unsafe"
     triggers = ("backward",)
+    scope = "file"  # reads the whole module: its training loops, wherever they are
+    torch_versions = ">=1.12"
 
     @classmethod
     def applies(cls, text: str) -> bool:
         return may_train_on_cuda(text)
-    scope = "file"  # reads the whole module: its training loops, wherever they are
-    torch_versions = ">=1.12"
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return index.training_script()  # see RuleContext.cuda_training_script
 
     def leave_Module(self, original_node: cst.Module) -> None:
         source = self.ctx.source

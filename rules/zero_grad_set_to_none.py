@@ -46,9 +46,12 @@ gradients that stay allocated. Versions: `set_to_none` exists since torch 1.7; a
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import argument, is_literal, remove_arg, replace_arg_value, set_keyword
+from torchlint.precheck import SyntaxIndex, has_star_args, is_literal as literal, keyword
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -75,6 +78,17 @@ class ZeroGradSetToNone(Rule):
     fix_applicability = "unsafe"
     triggers = ("zero_grad",)
     torch_versions = ">=1.7"
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # `.zero_grad(set_to_none=False)`, or a bare `.zero_grad()` before torch 2.0
+        for call in index.calls("zero_grad"):
+            flag = keyword(call, "set_to_none")
+            flag = flag.value if flag is not None else call.args[0] if call.args else None
+            if isinstance(call.func, ast.Attribute) and not has_star_args(call) and (
+                    literal(flag, False) or not call.args and not call.keywords and index.target_torch < (2, 0)):
+                return True
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad"):

@@ -217,7 +217,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     if too_deep is not None:
         return [too_deep]
     if tree is not None:
-        candidates = _prechecked(candidates, tree, source)
+        candidates = _prechecked(candidates, tree, source, settings)
         if not candidates:
             return []  # CPython read the file, so it has no syntax error either
     try:
@@ -242,11 +242,11 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
 
 
-def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str) -> list[type[Rule]]:
+def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings) -> list[type[Rule]]:
     """The rules whose precheck on CPython's tree passes (torchlint/precheck.py)."""
     if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
         return rules
-    index = SyntaxIndex(tree, source)
+    index = SyntaxIndex(tree, source, settings.target_torch)
     return [rule for rule in rules if rule.precheck(index)]
 
 

@@ -80,8 +80,9 @@ class SyntaxIndex:
     """One walk over CPython's tree: its nodes by type, and the file's ``from ... import ... as``
     aliases. The questions rules ask of it are the methods below."""
 
-    def __init__(self, tree: ast.Module, source: str):
+    def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,)):
         self.source = source
+        self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
         by_type: dict[type, list[ast.AST]] = {}
         for node in ast.walk(tree):
             by_type.setdefault(type(node), []).append(node)
@@ -155,3 +156,12 @@ class SyntaxIndex:
                 loop for loop in self.nodes(*LOOPS)
                 if any(_span(loop)[0] <= call.lineno <= _span(loop)[1] for call in backward))
         return self._training_loop_lines
+
+    def training_script(self) -> bool:
+        """A training loop, in a file run as a program: it has an ``if __name__ == "__main__":``
+        or a training loop outside any function (see RuleContext.is_script)."""
+        training = [loop for loop in self.nodes(*LOOPS) if self.training_loop_lines[loop.lineno]]
+        if not training:
+            return False
+        functions = self.lines(self.nodes(*FUNCTIONS))
+        return "__main__" in self.source or any(not functions[loop.lineno] for loop in training)
