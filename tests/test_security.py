@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import LEAK, ROOT, run_torchlint
 
@@ -105,6 +106,9 @@ def test_every_yaml_read_in_the_package_is_safe():
     readers = [path.name for folder in ("torchlint", "rules") for path in (ROOT / folder).rglob("*.py")
                if "yaml.safe_load(" in path.read_text(encoding="utf-8")]
     assert readers, "no YAML reader found: has the way YAML is read changed? Check it is still safe."
+    # the data tables' fast path: libyaml's loader, with the safe constructor only
+    assert not issubclass(yaml.CSafeLoader, yaml.constructor.FullConstructor)
+    assert issubclass(yaml.CSafeLoader, yaml.constructor.SafeConstructor)
 
 
 VERIFIED = """\

@@ -4,6 +4,7 @@ configuration or internal error, or a path that cannot be read."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -18,13 +19,31 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ("text", "json", "jsonl", "sarif", "github")
 
 
+# Commands whose modules load only when asked for: a lint does not pay for the harness's imports.
+LAZY_COMMANDS = {"verify": ("torchlint.harness.cli", "verify")}
+
+
 class DefaultGroup(click.Group):
     """A group whose default command is ``check``: ``torchlint --fix src/`` works."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+        if not args or (args[0] not in self.commands and args[0] not in LAZY_COMMANDS
+                        and args[0] not in ("--help", "-h", "--version")):
             args = ["check", *args]
         return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            module, attribute = LAZY_COMMANDS[name]
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ImportError:  # an install without the harness's dependencies
+                return None
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
 
 
 def _split(values: tuple[str, ...]) -> list[str] | None:
@@ -227,13 +246,3 @@ def show_rule(selector) -> None:
     versions = f"; torch {rule.torch_versions}" if rule.torch_versions else ""
     click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}\n\n{rule.docs()}")
 
-
-def _register_optional_commands() -> None:
-    try:
-        from torchlint.harness.cli import verify
-    except ImportError:
-        return
-    main.add_command(verify)
-
-
-_register_optional_commands()
