@@ -78,10 +78,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import amp_constructor, argument, data_table, dotted_name, keyword_arg, positional_args, \
     root_names, string_value
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import NodeEdit, Rule
 from torchlint.walk import visit
 
@@ -114,6 +117,12 @@ class ApexAmp(Rule):
     summary = "NVIDIA apex `amp` instead of `torch.amp` (autocast and GradScaler)"
     fix_applicability = "unsafe"
     triggers = ("apex",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # apex imported: `from apex import amp`, `import apex`, `import apex.amp as amp`
+        return any(node.level == 0 and (node.module or "").split(".")[0] == "apex" for node in index.nodes(ast.ImportFrom)) \
+            or any(alias.name.split(".")[0] == "apex" for node in index.nodes(ast.Import) for alias in node.names)
     scope = "file"  # amp.initialize and the training loop are usually in different places
 
     def __init__(self, ctx):

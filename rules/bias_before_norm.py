@@ -51,7 +51,7 @@ import libcst as cst
 
 from torchlint.matching import argument, dotted_name, names_in, has_star_args, is_literal, replace_arg_value, \
     set_keyword, string_value
-from torchlint.precheck import SyntaxIndex, has_star_args as has_star, is_literal as literal, keyword
+from torchlint.precheck import SyntaxIndex, callee, is_literal as literal, keyword
 from torchlint.rule import Rule
 
 # layer -> (dimension, positional index of `bias`)
@@ -75,8 +75,11 @@ def _last_parts(names) -> set[str]:
 def _may_keep_bias(call: ast.Call, position: int) -> bool:
     """The precheck's _has_bias: no ``bias=False`` (by keyword, or at its place) in the call."""
     bias = keyword(call, "bias")
-    bias = bias.value if bias is not None else call.args[position] if len(call.args) > position else None
-    return has_star(call) or not literal(bias, False)
+    if bias is not None:
+        return not literal(bias.value, False)
+    if any(isinstance(arg, ast.Starred) for arg in call.args[:position + 1]):
+        return True  # `*args` may hold it
+    return not (len(call.args) > position and literal(call.args[position], False))
 
 
 @dataclass
@@ -116,19 +119,27 @@ class BiasBeforeNorm(Rule):
                   for call in index.calls(_last_parts([name]).pop()) if _may_keep_bias(call, position)}
         for sequential in index.calls(*_last_parts(SEQUENTIAL)):
             modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
-            if len(modules) == 1 and isinstance(modules[0], ast.Call):
-                return True  # nn.Sequential(OrderedDict([...]))
+            if len(modules) == 1 and index.is_call(modules[0], "OrderedDict"):  # nn.Sequential(OrderedDict([...]))
+                pairs = modules[0].args[0] if len(modules[0].args) == 1 else None
+                modules = [pair.elts[1] for pair in getattr(pairs, "elts", ())
+                           if isinstance(pair, ast.Tuple) and len(pair.elts) == 2]
             if any(id(layer) in biased and id(norm) in norms for layer, norm in zip(modules, modules[1:])):
                 return True
-        assigned = {id(node.value) for node in index.nodes(ast.Assign)
-                    if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)}
-        return bool(assigned & biased) and bool(assigned & norms)
-        for name, (_, position) in BIASED_LAYERS.items():
-            for call in index.calls(_last_parts([name]).pop()):
-                bias = keyword(call, "bias")
-                bias = bias.value if bias is not None else call.args[position] if len(call.args) > position else None
-                if has_star(call) or not literal(bias, False):
-                    return True
+        # the class path: `self.bn(self.conv(x))`, or `x = self.conv(x)` then `self.bn(x)`
+        layers: dict[str, set[str]] = {"biased": set(), "norm": set()}
+        for node in index.nodes(ast.Assign):
+            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
+                kind = "biased" if id(node.value) in biased else "norm" if id(node.value) in norms else None
+                if kind is not None:
+                    layers[kind].add(node.targets[0].attr)
+        outputs = {node.targets[0].id for node in index.nodes(ast.Assign) if len(node.targets) == 1
+                   and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
+                   and callee(node.value) in layers["biased"]}  # x = self.conv(x)
+        for call in index.calls(*layers["norm"]):
+            if isinstance(call.func, ast.Attribute) and len(call.args) == 1 and (
+                    isinstance(call.args[0], ast.Name) and call.args[0].id in outputs
+                    or isinstance(call.args[0], ast.Call) and callee(call.args[0]) in layers["biased"]):
+                return True
         return False
 
     def __init__(self, ctx):

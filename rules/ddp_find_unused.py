@@ -49,10 +49,13 @@ gradient.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, argument, dotted_name, is_literal, keyword_arg,
                                 lightning_names, remove_arg)
+from torchlint.precheck import SyntaxIndex, is_literal as literal
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -66,6 +69,11 @@ class DdpFindUnused(Rule):
     summary = "`find_unused_parameters=True` makes DDP search the graph for unused parameters every step"
     fix_applicability = "unsafe"
     triggers = ("find_unused_parameters",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(k.arg == "find_unused_parameters" and literal(k.value, True)
+                   for call in index.nodes(ast.Call) for k in call.keywords)
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)

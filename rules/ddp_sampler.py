@@ -75,6 +75,7 @@ import libcst as cst
 from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, ITERABLE_DATASETS, ITERATION_WRAPPERS,
                                 contains, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
                                 is_literal, iterated_value, keyword_arg)
+from torchlint.precheck import SyntaxIndex, has_star_args as has_star, keyword
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -86,6 +87,15 @@ class DdpSampler(Rule):
     summary = "DDP training without a `DistributedSampler`, or a distributed sampler without `set_epoch(epoch)`"
     fix_applicability = "safe"
     triggers = ("DistributedDataParallel", "DistributedSampler")
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a loader in a file that wraps a model in DDP, or a loader given a DistributedSampler
+        loaders = index.calls("DataLoader")
+        if index.calls("DistributedDataParallel") and any(not has_star(call) for call in loaders):
+            return True
+        return bool(index.calls("DistributedSampler")) and any(
+            keyword(call, "sampler") is not None or len(call.args) > 3 for call in loaders)
 
     # --- a DDP script whose training loader has no sampler ---------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

@@ -61,9 +61,12 @@ process, so it is reported wherever it is (in a model's `__init__` too).
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.matching import argument, dotted_name, is_literal, is_main_guard, keyword_arg, positional_args
+from torchlint.precheck import SyntaxIndex, has_star_args as has_star, is_literal as literal, keyword
 from torchlint.rule import Rule
 
 ANOMALY_SWITCH = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})
@@ -88,6 +91,18 @@ class DebugApisLeftOn(Rule):
         # the process-wide switch anywhere; the rest only near a backward pass or a Lightning fit
         return "set_detect_anomaly" in text or super().applies(text) and any(
             word in text for word in ("backward", ".fit(", "training_step"))
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # `set_detect_anomaly(True)`, or a `with` over one of these APIs
+        for call in index.calls("set_detect_anomaly"):
+            mode = keyword(call, "mode")
+            mode = mode.value if mode is not None else call.args[0] if call.args else None
+            if not has_star(call) and literal(mode, True):
+                return True
+        names = {name.rsplit(".", 1)[1] for name in ANOMALY_SWITCH | ANOMALY_CONTEXT | PROFILERS}
+        return any(index.is_call(item.context_expr, *names) for node in index.nodes(ast.With, ast.AsyncWith)
+                   for item in node.items)
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)

@@ -57,6 +57,7 @@ import re
 import libcst as cst
 
 from torchlint.matching import LOADER_NAME, calls_model, dotted_name, is_periodic_test, iterated_name
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 EMPTY_CACHE = frozenset({
@@ -74,6 +75,10 @@ class EmptyCacheInLoop(Rule):
     summary = "`torch.cuda.empty_cache()` on every iteration of a loop"
     fix_applicability = "safe"
     triggers = ("empty_cache",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return any(index.loop_lines[call.lineno] for call in index.calls("empty_cache"))
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)

@@ -60,6 +60,7 @@ import libcst as cst
 
 from torchlint.matching import (has_star_args, keyword_arg, may_train_on_cuda, mentions_cuda, parse_expression,
                                 set_keyword)
+from torchlint.precheck import SyntaxIndex, has_star_args as has_star, keyword
 from torchlint.rule import Rule
 
 # optimizer -> the first torch release whose constructor takes fused=True
@@ -83,6 +84,12 @@ class FusedOptimizer(Rule):
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and may_train_on_cuda(text)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # an optimizer that has not chosen its implementation, in a file with a training loop
+        return any(index.training_loop_lines) and any(
+            not has_star(call) and not any(keyword(call, name) for name in CHOSEN) for call in index.calls(*FUSED_SINCE))
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = OPTIMIZERS.get(self.ctx.qualified_name(node.func) or "")

@@ -63,7 +63,7 @@ import libcst as cst
 from torchlint.matching import (INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, contains, dotted_name,
                                 function_parameters, is_literal, keyword_arg, positional_args, scope_names,
                                 tensor_factory)
-from torchlint.precheck import FUNCTIONS, SyntaxIndex, callee
+from torchlint.precheck import FUNCTIONS, SyntaxIndex, callee, is_literal as literal, keyword
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -95,12 +95,19 @@ class RegisterBuffer(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # `x.attr = <call with device=, or .to()/.cuda()>` inside an `__init__`
+        # `x.attr = <a torch factory given a device, or .to()/.cuda()>` inside an `__init__`
         inits = index.lines(f for f in index.nodes(*FUNCTIONS) if f.name == "__init__")
-        return any(len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and inits[node.lineno]
-                   and isinstance(node.value, ast.Call) and (
-                       callee(node.value) in ("cuda", "to") or any(k.arg == "device" for k in node.value.keywords))
-                   for node in index.nodes(ast.Assign))
+        factories = index.names(name.rsplit(".", 1)[1] for name in TENSOR_FACTORIES)
+        for node in index.nodes(ast.Assign):
+            value = node.value
+            if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and inits[node.lineno]
+                    and isinstance(value, ast.Call)):
+                continue
+            device = keyword(value, "device")
+            if callee(value) in ("cuda", "to") or callee(value) in factories and device is not None \
+                    and not literal(device.value, None):
+                return True
+        return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
         function = self.ctx.enclosing_function()

@@ -51,10 +51,13 @@ run in 16 bits.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.diagnostics import Severity
 from torchlint.matching import argument, uses_reduced_precision
+from torchlint.precheck import SyntaxIndex
 from torchlint.rule import Rule
 
 # layer -> the (parameter, positional index) pairs whose sizes feed a matrix multiplication
@@ -78,6 +81,13 @@ class TensorCoreAlignment(Rule):
     @classmethod
     def applies(cls, text: str) -> bool:
         return super().applies(text) and ("__main__" in text or "backward" in text) and uses_reduced_precision(text)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a script that builds a layer with an integer size that is not a multiple of 8
+        return index.is_script() and any(
+            isinstance(arg, ast.Constant) and type(arg.value) is int and arg.value % 8
+            for call in index.calls(*LAYERS) for arg in [*call.args, *(k.value for k in call.keywords)])
 
     def visit_Call(self, node: cst.Call) -> None:
         layer = QUALIFIED.get(self.ctx.qualified_name(node.func) or "")

@@ -157,11 +157,14 @@ class SyntaxIndex:
                 if any(_span(loop)[0] <= call.lineno <= _span(loop)[1] for call in backward))
         return self._training_loop_lines
 
-    def training_script(self) -> bool:
-        """A training loop, in a file run as a program: it has an ``if __name__ == "__main__":``
-        or a training loop outside any function (see RuleContext.is_script)."""
-        training = [loop for loop in self.nodes(*LOOPS) if self.training_loop_lines[loop.lineno]]
-        if not training:
-            return False
+    def is_script(self) -> bool:
+        """The file runs as a program: it has an ``if __name__ == "__main__":`` or a training loop
+        outside any function (see RuleContext.is_script)."""
+        if "__main__" in self.source:
+            return True
         functions = self.lines(self.nodes(*FUNCTIONS))
-        return "__main__" in self.source or any(not functions[loop.lineno] for loop in training)
+        return any(not functions[loop.lineno] for loop in self.nodes(*LOOPS) if self.training_loop_lines[loop.lineno])
+
+    def training_script(self) -> bool:
+        """A training loop, in a file run as a program."""
+        return any(self.training_loop_lines) and self.is_script()
