@@ -121,8 +121,9 @@ class ApexAmp(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # apex imported: `from apex import amp`, `import apex`, `import apex.amp as amp`
-        return any(node.level == 0 and (node.module or "").split(".")[0] == "apex" for node in index.nodes(ast.ImportFrom)) \
-            or any(alias.name.split(".")[0] == "apex" for node in index.nodes(ast.Import) for alias in node.names)
+        modules = [node.module or "" for node in index.nodes(ast.ImportFrom) if node.level == 0]
+        modules += [alias.name for node in index.nodes(ast.Import) for alias in node.names]
+        return any(module.split(".")[0] == "apex" for module in modules)
     scope = "file"  # amp.initialize and the training loop are usually in different places
 
     def __init__(self, ctx):

@@ -101,7 +101,7 @@ class EvalWithoutNoGrad(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a model called in a loop (see _model)
-        receivers = set(EVAL_RECEIVER.findall(index.source))
+        receivers = set(EVAL_RECEIVER.findall(index.source)) if ".eval()" in index.source else set()
         for call in index.nodes(ast.Call):
             if not index.loop_lines[call.lineno]:
                 continue
@@ -174,7 +174,8 @@ class EvalWithoutNoGrad(Rule):
         answers first: rendering a function's code is only worth it for a name the file puts in
         eval mode somewhere."""
         if self._file_receivers is None:
-            self._file_receivers = set(EVAL_RECEIVER.findall(self.ctx.source))
+            source = self.ctx.source
+            self._file_receivers = set(EVAL_RECEIVER.findall(source)) if ".eval()" in source else set()
         if name not in self._file_receivers:
             return set()
         scope = self.ctx.enclosing_function()

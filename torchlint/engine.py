@@ -119,8 +119,8 @@ _CANNOT_ANALYZE = "torchlint cannot analyze this file"
 
 def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic | None]:
     """CPython's tree of the file (None when CPython cannot read it: a syntax error, or a grammar
-    newer than this Python), or TL000 for a file LibCST must not be given: CPython refuses its
-    nesting, or it nests deeper than torchlint analyzes."""
+    newer than this Python), or TL000 for a file LibCST must not be given as CPython refuses its
+    nesting (see _too_deep for the nesting torchlint reads)."""
     try:
         tree = _python_compile(source)
     except (RecursionError, MemoryError):
@@ -135,11 +135,15 @@ def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic 
         return None, None  # an ordinary syntax error, or a grammar newer than this Python: LibCST decides
     except ValueError:
         return None, None
-    if _tree_depth(tree, limit=MAX_NESTING) > MAX_NESTING:
-        depth = _tree_depth(tree)
-        return tree, syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {depth} levels deep and torchlint reads up "
-                                        f"to {MAX_NESTING}; split the deepest expression, or exclude the file")
     return tree, None
+
+
+def _too_deep(tree: ast.Module, path: str) -> Diagnostic | None:
+    """TL000 for a file that nests deeper than torchlint analyzes (LibCST must not be given it)."""
+    if _tree_depth(tree, limit=MAX_NESTING) <= MAX_NESTING:
+        return None
+    return syntax_error(path, f"{_CANNOT_ANALYZE}: it nests {_tree_depth(tree)} levels deep and torchlint reads "
+                              f"up to {MAX_NESTING}; split the deepest expression, or exclude the file")
 
 
 def _tree_depth(tree: ast.AST, limit: int | None = None) -> int:
@@ -172,9 +176,9 @@ def _syntax_check(source: str, path: str) -> list[Diagnostic]:
     parser is far cheaper than LibCST's, and LibCST confirms (it knows newer grammars)."""
     if _python_syntax_error(source) is None:
         return []
-    _, too_deep = _python_tree(source, path)
-    if too_deep is not None:
-        return [too_deep]
+    _, refused = _python_tree(source, path)
+    if refused is not None:
+        return [refused]
     try:
         parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
@@ -213,13 +217,16 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     candidates = [rule for rule in rules if rule.applies(source)]
     if not candidates:
         return _syntax_check(source, path)
-    tree, too_deep = _python_tree(source, path)
-    if too_deep is not None:
-        return [too_deep]
+    tree, refused = _python_tree(source, path)
+    if refused is not None:
+        return [refused]
     if tree is not None:
         candidates = _prechecked(candidates, tree, source, settings)
         if not candidates:
             return []  # CPython read the file, so it has no syntax error either
+        too_deep = _too_deep(tree, path)
+        if too_deep is not None:
+            return [too_deep]
     try:
         module = parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:

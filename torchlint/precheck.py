@@ -69,6 +69,37 @@ def dataloader_workers(call: ast.Call) -> ast.expr | None:
     return call.args[5] if len(call.args) > 5 else None
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
+    """Every node of the tree by type: ``ast.walk`` without its generators (two and a half times
+    faster), leaving out the expression contexts (``Load``/``Store``) that no precheck reads."""
+    found: dict[type, list[ast.AST]] = {}
+    stack: list = [tree]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        node = pop()
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        if fields is None:
+            if not issubclass(kind, ast.AST):
+                continue  # a name in a list of names (`global a, b`), or None (`{**d}`'s key)
+            fields = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+        nodes = found.get(kind)
+        if nodes is None:
+            found[kind] = [node]
+        else:
+            nodes.append(node)
+        for name in fields:
+            value = getattr(node, name, None)
+            if value.__class__ is list:
+                extend(value)
+            elif isinstance(value, ast.AST):
+                push(value)
+    return found
+
+
 def _span(node: ast.AST) -> tuple[int, int]:
     """The lines a node covers, its decorators included (LibCST counts them as its children)."""
     decorators = getattr(node, "decorator_list", None)
@@ -83,15 +114,13 @@ class SyntaxIndex:
     def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,)):
         self.source = source
         self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
-        by_type: dict[type, list[ast.AST]] = {}
-        for node in ast.walk(tree):
-            by_type.setdefault(type(node), []).append(node)
-        self._by_type = by_type
+        self._by_type = _by_type(tree)
         self._line_count = max(source.count("\n"), source.count("\r")) + 1
         self._loop_lines: bytearray | None = None
         self._training_loop_lines: bytearray | None = None
+        self._calls_by_callee: dict[str | None, list[ast.Call]] | None = None
         self._aliases: dict[str, set[str]] = {}  # local name -> last parts of what it may name
-        for node in by_type.get(ast.ImportFrom, ()):
+        for node in self._by_type.get(ast.ImportFrom, ()):
             for alias in node.names:
                 if alias.asname:
                     self._aliases.setdefault(alias.asname, set()).add(alias.name.rsplit(".", 1)[-1])
@@ -108,8 +137,11 @@ class SyntaxIndex:
 
     def calls(self, *names: str) -> list[ast.Call]:
         """The calls of anything whose name ends in one of ``names``."""
-        wanted = self.names(names)
-        return [call for call in self.nodes(ast.Call) if callee(call) in wanted]
+        if self._calls_by_callee is None:
+            self._calls_by_callee = {}
+            for call in self.nodes(ast.Call):
+                self._calls_by_callee.setdefault(callee(call), []).append(call)
+        return [call for name in self.names(names) for call in self._calls_by_callee.get(name, ())]
 
     def is_call(self, node: ast.AST, *names: str) -> bool:
         return isinstance(node, ast.Call) and callee(node) in self.names(names)
