@@ -53,7 +53,7 @@ import ast
 import libcst as cst
 
 from torchlint.matching import dotted_name, tensor_factory
-from torchlint.precheck import SyntaxIndex, callee, dotted
+from torchlint.precheck import SyntaxIndex, device_argument, dotted
 from torchlint.rule import Rule
 
 # Methods that do the same on every device: a round trip around them is still a round trip.
@@ -76,19 +76,25 @@ class DeviceRoundTrip(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a move back on a chain that holds a move to the CPU (`x.cpu().float().cuda()`)...
         for call in index.calls("cuda", "to"):
-            inner = call.func.value if isinstance(call.func, ast.Attribute) else None
+            inner = call.func.value if index.may_move(call) else None
             while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-                if inner.func.attr in ("cpu", "to"):
+                if index.moves_to_cpu(inner):
                     return True
                 inner = inner.func.value
         # ... or `x = x.cpu()` and later `x = x.cuda()`
-        moved: dict[str | None, list[str]] = {}
+        there, back = set(), set()
         for node in index.nodes(ast.Assign):
-            if len(node.targets) == 1 and isinstance(node.value, ast.Call) \
-                    and isinstance(node.value.func, ast.Attribute) and callee(node.value) in ("cpu", "to", "cuda"):
-                moved.setdefault(dotted(node.targets[0]), []).append(callee(node.value))
-        return any(len(kinds) > 1 and {"cpu", "to"} & set(kinds) and {"cuda", "to"} & set(kinds)
-                   for name, kinds in moved.items() if name is not None)
+            value = node.value
+            if len(node.targets) == 1 and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                name = dotted(node.targets[0])
+                if name is None or dotted(value.func.value) != name:
+                    continue  # not `x = x.<move>(...)`
+                if index.moves_to_cpu(value):
+                    there.add(name)
+                if index.may_move(value) and not (
+                        isinstance(device_argument(value), ast.Constant) and index.moves_to_cpu(value)):
+                    back.add(name)
+        return bool(there & back)
 
     def visit_Call(self, node: cst.Call) -> None:
         back = self.ctx.device_move(node)

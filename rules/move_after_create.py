@@ -80,7 +80,7 @@ def moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
     precheck of factory_move."""
     wanted = index.names(names)
     return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
-            and isinstance(call.func.value, ast.Call) and callee(call.func.value) in wanted]
+            and isinstance(call.func.value, ast.Call) and callee(call.func.value) in wanted and index.may_move(call)]
 
 
 def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()

@@ -56,6 +56,7 @@ import libcst as cst
 
 from torchlint.matching import (ITERATION_WRAPPERS, dataloader_argument, dotted_name, is_dataloader_call, is_literal,
                                 iterated_name, root_names, set_keyword)
+from torchlint.precheck import SyntaxIndex, is_literal as literal, keyword
 from torchlint.rule import Rule
 from torchlint.walk import visit
 
@@ -70,6 +71,14 @@ class NonBlockingTransfer(Rule):
     fix_applicability = "safe"
     triggers = ("pin_memory",)
     scope = "file"  # the loader may be made in another function than the loop that reads it
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a loader with `pin_memory=True`, and a move without non_blocking= inside a loop
+        pinned = any(literal(pin.value if pin is not None else call.args[7] if len(call.args) > 7 else None, True)
+                     for call in index.calls("DataLoader") for pin in [keyword(call, "pin_memory")])
+        return pinned and any(index.loop_lines[call.lineno] and index.may_move(call)
+                              and keyword(call, "non_blocking") is None for call in index.calls("cuda", "to"))
 
     def visit_Call(self, node: cst.Call) -> None:
         move = self.ctx.device_move(node)

@@ -104,7 +104,7 @@ class RegisterBuffer(Rule):
                     and isinstance(value, ast.Call)):
                 continue
             device = keyword(value, "device")
-            if callee(value) in ("cuda", "to") or callee(value) in factories and device is not None \
+            if index.may_move(value) or callee(value) in factories and device is not None \
                     and not literal(device.value, None):
                 return True
         return False

@@ -54,7 +54,7 @@ import ast
 import libcst as cst
 
 from torchlint.matching import argument, is_literal, keyword_arg, method_call, positional_args, scope_names
-from torchlint.precheck import SyntaxIndex
+from torchlint.precheck import SyntaxIndex, callee
 from torchlint.rule import Rule
 
 # NumPy functions that return a new array (never a view of their argument, never a scalar).
@@ -70,6 +70,8 @@ RANDOM_SIZE = {"rand": 0, "randn": 0, "random": 0, "random_sample": 0, "normal":
 ARRAY_METHODS = frozenset({"numpy", "to_numpy"})
 # ndarray methods that return an array: a copy (astype, copy, flatten) or a view (the others).
 ARRAY_TO_ARRAY = ("astype", "copy", "flatten", "reshape", "transpose", "squeeze", "ravel", "swapaxes")
+# The last part of every callee _array_kind reads as making an array (the precheck's test).
+ARRAY_CALLEES = frozenset(FRESH_ARRAYS | SHARED_ARRAYS | set(RANDOM_SIZE) | ARRAY_METHODS | set(ARRAY_TO_ARRAY))
 
 
 class TensorFromNumpy(Rule):
@@ -87,7 +89,17 @@ class TensorFromNumpy(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)
+        # `torch.tensor(<an array>)`, or of a name the file assigns an array to (see _array_kind)
+        arrays = index.names(ARRAY_CALLEES)
+
+        def array(expr) -> bool:
+            return isinstance(expr, ast.Call) and callee(expr) in arrays
+
+        named = {target.id for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr) if array(node.value)
+                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                 if isinstance(target, ast.Name)}
+        return any(len(call.args) == 1 and not call.keywords and (
+            array(call.args[0]) or isinstance(call.args[0], ast.Name) and call.args[0].id in named)
                    for call in index.calls("tensor"))
 
     def visit_Call(self, node: cst.Call) -> None:

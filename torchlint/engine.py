@@ -46,8 +46,8 @@ class _Dispatcher:
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.ctx.ancestors.append(node)
-        for visit in self.visits.get(type(node), ()):
-            visit(node)
+        for handler in self.visits.get(type(node), ()):
+            handler(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
@@ -227,6 +227,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         too_deep = _too_deep(tree, path)
         if too_deep is not None:
             return [too_deep]
+        del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
         module = parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:

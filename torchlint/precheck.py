@@ -14,7 +14,9 @@ last part of its name (``torch.nn.Conv2d`` by ``Conv2d``, whatever the import sp
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+
+from torchlint.matching import DEVICE_STRING, DTYPES
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -98,6 +100,30 @@ def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
             elif isinstance(value, ast.AST):
                 push(value)
     return found
+
+
+def may_be_device(expr: ast.AST, index: SyntaxIndex) -> bool:
+    """Could RuleContext.is_device take this for a device? (A name always could.)"""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and bool(DEVICE_STRING.match(expr.value))
+    if isinstance(expr, ast.IfExp):
+        return may_be_device(expr.body, index) and may_be_device(expr.orelse, index)
+    if isinstance(expr, ast.Attribute):
+        return expr.attr == "device"
+    return isinstance(expr, (ast.Name, ast.JoinedStr)) or index.is_call(expr, "device")
+
+
+def may_be_cpu(expr: ast.AST, index: SyntaxIndex) -> bool:
+    """Could matching.device_kind read this as the CPU (``"cpu"``, ``torch.device("cpu")``)?"""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and expr.value.startswith("cpu")
+    return isinstance(expr, ast.JoinedStr) or index.is_call(expr, "device")
+
+
+def device_argument(call: ast.Call) -> ast.AST | None:
+    """What a ``.to(...)`` call gives as its device: ``device=``, or its first argument."""
+    found = keyword(call, "device")
+    return found.value if found is not None else call.args[0] if call.args else None
 
 
 def _span(node: ast.AST) -> tuple[int, int]:
@@ -188,6 +214,31 @@ class SyntaxIndex:
                 loop for loop in self.nodes(*LOOPS)
                 if any(_span(loop)[0] <= call.lineno <= _span(loop)[1] for call in backward))
         return self._training_loop_lines
+
+    def may_move(self, call: ast.AST) -> bool:
+        """Could RuleContext.device_move read this call as a move to a device (``.cuda(...)``,
+        ``.to(<device>[, <dtype>])``)? A move to the CPU included, since a name may be bound to it."""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+            return False
+        if call.func.attr == "cuda":
+            return True
+        device = device_argument(call)
+        if call.func.attr != "to" or has_star_args(call) or device is None or not may_be_device(device, self):
+            return False
+        dtype = keyword(call, "dtype")
+        dtype = dtype.value if dtype is not None else call.args[1] if len(call.args) > 1 and call.args[0] is device \
+            else None
+        return dtype is None or (dtype.attr if isinstance(dtype, ast.Attribute) else getattr(dtype, "id", None)) \
+            in self.names(DTYPES)
+
+    def moves_to_cpu(self, call: ast.AST) -> bool:
+        """Could RuleContext.device_move read this call as a move to the CPU (``.cpu()``, ``.to("cpu")``)?"""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+            return False
+        if call.func.attr == "cpu":
+            return not call.args and not call.keywords
+        device = device_argument(call)
+        return call.func.attr == "to" and device is not None and may_be_cpu(device, self)
 
     def is_script(self) -> bool:
         """The file runs as a program: it has an ``if __name__ == "__main__":`` or a training loop
