@@ -53,6 +53,13 @@ def prechecked(source: str) -> set[str]:
     ("while True:\n    total += loss\n    accelerator.backward(loss)\n", "TL101"),
     # a decorated method: its decorators count as inside it
     ("class M:\n    @dec\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
+    # device moves as RuleContext.device_move reads them
+    ("x = torch.zeros(3).to(device=dev, dtype=torch.float16)\n", "TL201"),
+    ("from torch import float16 as half\nx = torch.zeros(3).to(d, half)\n", "TL201"),
+    ("x = x.cpu()\nx = x.cuda()\n", "TL202"),
+    ("y = x.to('cpu').float().to(device)\n", "TL202"),
+    ("a = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
+    ("from numpy import zeros as z\nt = torch.tensor(z(3))\n", "TL204"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -63,6 +70,11 @@ def test_precheck_passes_the_shape(source, code):
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
+    ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
+    ("x = torch.zeros(3).to(device=device, dtype=dtype)\n", "TL201"),  # `dtype` is not known to be one
+    ("w = weight.to('cpu')\nw = w.float()\n", "TL202"),  # never moved back
+    ("t = torch.tensor([1, 2])\n", "TL204"),  # a list, not an array
+    ("for x, y in loader:\n    x = x.cuda()\n", "TL203"),  # no loader pins memory
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)

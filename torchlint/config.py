@@ -88,7 +88,7 @@ class Settings:
     def ignored_for(self, path: str) -> frozenset[str]:
         if not self.per_file_ignores:
             return frozenset()
-        relative = _relative(path, self.root)
+        relative = _relative(path, self._resolved_root)
         ignored: set[str] = set()
         for pattern, codes in self.per_file_ignores:
             if _glob_match(relative, pattern):
@@ -109,14 +109,19 @@ class Settings:
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def is_excluded(self, path: Path) -> bool:
-        relative = _relative(str(path), self.root)
+        relative = _relative(str(path), self._resolved_root)
         return any(_glob_match(relative, pattern) or fnmatch.fnmatchcase(path.name, pattern)
                    for pattern in self.exclude)
 
+    @cached_property
+    def _resolved_root(self) -> Path:
+        return self.root.resolve()
+
 
 def _relative(path: str, root: Path) -> str:
+    """``path`` relative to ``root`` (already resolved), else as given."""
     try:
-        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+        return Path(path).resolve().relative_to(root).as_posix()
     except ValueError:
         return Path(path).as_posix()
 
