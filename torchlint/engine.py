@@ -13,7 +13,8 @@ from itertools import accumulate
 import libcst as cst
 from libcst._nodes.base import CSTNode
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from torchlint import guards
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
@@ -281,9 +282,8 @@ def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
 
 def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnostic]:
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
-    # PositionProvider directly: MetadataWrapper.resolve would walk the whole tree once more for
-    # nothing (an empty batch of batchable providers), a third of the cost on a large file
-    positions = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
+    positions = _positions(module, [r.node for r in ctx.reports] +
+                           [e.node for r in ctx.reports if r.fix for e in r.fix.edits])
     text = SourceText(source)
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
     indents = _block_indents(module, replaced) if replaced else {}
@@ -305,6 +305,43 @@ def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnost
         diagnostics.append(Diagnostic(ctx.path, rule.code, rule.name, report.message, report.severity or rule.severity,
                                       *start, *end, fix))
     return diagnostics
+
+
+class _Positioned(Exception):
+    """Every node asked for has its position: the rest of the module need not be rendered."""
+
+
+class _PositionsUntil(PositionProvidingCodegenState):
+    """LibCST's position-recording render, which stops once the nodes in ``wanted`` are done."""
+
+    wanted: set[int]
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        super().after_codegen(node)  # the node's render, and so its position, is complete
+        if id(node) in self.wanted:
+            self.wanted.discard(id(node))
+            if not self.wanted:
+                raise _Positioned
+
+
+def _positions(module: cst.Module, nodes: list[cst.CSTNode]) -> dict:
+    """PositionProvider's positions (line 1-based, column 0-based) of at least ``nodes``: LibCST
+    renders the module to find them, and the render stops after the last of them (on average
+    half the module, for findings spread through it)."""
+    provider = PositionProvider()
+    state = _PositionsUntil(default_indent=module.default_indent, default_newline=module.default_newline,
+                            provider=provider)
+    state.wanted = {id(node) for node in nodes}
+    try:
+        module._codegen(state)
+    except Exception as error:  # noqa: BLE001 - see below
+        # on the way out, an enclosing node's position record looks up a child that was never
+        # rendered, and its KeyError replaces the stop: a KeyError caused by the stop is one too
+        while error is not None and not isinstance(error, _Positioned):
+            error = error.__context__
+        if error is None:
+            raise
+    return provider._computed
 
 
 class _IndentFinder(cst.CSTVisitor):
