@@ -1,7 +1,7 @@
 """Time torchlint against its peers on real code, side by side in one run.
 
-    bench/setup.sh                      # corpora and peers into bench/.work (once)
     .venv/bin/python bench/speed.py     # writes bench/results/speed.md
+    (the first run calls bench/setup.sh, which installs the corpora and peers into bench/.work)
 
 Each command runs as a child process; wall time and peak RSS (the largest of the process and the
 workers it waited for) come from os.wait4. The targets of issue 6 are single-process figures, so
@@ -93,9 +93,9 @@ def main() -> None:
     corpora, peers = args.work / "corpora", args.work / "peers"
     torchlint = [sys.executable, "-m", "torchlint"]
     trees = [corpora / "pytorch-lightning", corpora / "timm"]
-    for tree in trees:
-        if not tree.is_dir():
-            sys.exit(f"{tree} is missing: run bench/setup.sh first")
+    if not all(tree.is_dir() for tree in trees) or not (peers / "ruff" / "bin" / "ruff").exists():
+        print(f"setting up the corpora and peers in {args.work} (bench/setup.sh)", flush=True)
+        subprocess.run(["bash", str(HERE / "setup.sh"), str(args.work)], check=True)
     files, lines = count_lines(trees)
     cache = Path(tempfile.mkdtemp(prefix="torchlint-bench-cache-"))
     rows = []
