@@ -1,7 +1,7 @@
 """Property tests on generated programs (hypothesis, hypothesmith): torchlint never crashes, a fix
 always leaves a program that parses (and compiles, if it compiled before) and that a second fix
-leaves alone, and the guide's five anti-patterns are found wherever they are put into generated
-code. Deterministic (derandomized) and bounded, so CI is neither slow nor flaky."""
+leaves alone, the guide's five anti-patterns are found wherever they are put into generated code,
+and the prechecks change no finding. Deterministic (derandomized) and bounded, so CI is neither slow nor flaky."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 import textwrap
 import warnings
 from functools import cache
+from unittest import mock
 from pathlib import Path
 
 import hypothesmith
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from torchlint import engine
 from torchlint.config import resolve_settings
 from torchlint.engine import fix_source, lint_source
 
@@ -170,6 +172,17 @@ def test_fixes_keep_generated_programs_valid(program):
     assert compiles(result.source), result.source
     again = fix_source(result.source, "generated.py", checked)
     assert again.source == result.source, "a second --fix changed the file again"
+
+
+@settings(FUZZ, max_examples=30)
+@given(training_programs())
+def test_prechecks_hide_no_finding_in_generated_programs(program):
+    """The cheap first pass (torchlint/precheck.py) only skips work: with or without it, the same
+    findings, fixes included."""
+    checked = settings_for(Path.cwd())
+    with mock.patch.object(engine, "_prechecked", lambda rules, tree, source, settings: rules):
+        unfiltered = lint_source(program, "generated.py", checked)
+    assert lint_source(program, "generated.py", checked) == unfiltered
 
 
 @FUZZ
