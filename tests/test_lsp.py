@@ -1,12 +1,14 @@
 """`torchlint lsp` end to end: a real server process, real JSON-RPC, driven by pytest-lsp with the
 capabilities that Neovim 0.11 (UTF-8 positions, plain `changes` edits) and VS Code (UTF-16,
-versioned `documentChanges`) announce."""
+versioned `documentChanges`) announce; VS Code's also sync notebooks (LSP 3.17), which the recorded
+capabilities predate."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -59,8 +61,12 @@ async def neovim(lsp_client: LanguageClient, workspace: Path):
 
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def vscode(lsp_client: LanguageClient, workspace: Path):
-    await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), root_uri=workspace.as_uri()))
+    capabilities = client_capabilities("visual-studio-code")
+    capabilities.notebook_document = types.NotebookDocumentClientCapabilities(
+        synchronization=types.NotebookDocumentSyncClientCapabilities())
+    result = await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=capabilities, root_uri=workspace.as_uri()))
+    lsp_client.server_capabilities = result.capabilities
     yield
     await lsp_client.shutdown_session()
 
@@ -136,6 +142,64 @@ def apply(text: str, edits: list[types.TextEdit], encoding: str) -> str:
 
 def codes(params: types.PublishDiagnosticsParams) -> list[str]:
     return [d.code for d in params.diagnostics]
+
+
+# A Jupyter notebook: the imports in cell 0 are what make cells 2 and 3 findings; cell 1 is markdown.
+NOTEBOOK = ["import torch\nimport torch.nn as nn", "# Model ✨",
+            "%time x = 1\n!pip install x\ns = '😀é'; y = torch.zeros(3).cuda()",
+            "model = nn.DataParallel(nn.Linear(2, 2))"]
+
+
+@dataclass
+class OpenNotebook:
+    uri: str
+    cell_uris: list[str]
+    texts: dict[str, str]  # by cell URI
+    versions: dict[str, int]
+
+
+async def open_notebook(client: LanguageClient, path: Path, cells: list[str]):
+    """Open a notebook as VS Code does (a cell starting with `# ` is markdown), and the diagnostics
+    then published for each cell, by URI."""
+    notebook = OpenNotebook(path.as_uri(), [f"vscode-notebook-cell:{path.as_posix()}#W{i}sZmlsZQ%3D%3D"
+                                            for i in range(len(cells))], {}, {})
+    markdown = [text.startswith("# ") for text in cells]
+    kinds = [types.NotebookCellKind.Markup if is_markdown else types.NotebookCellKind.Code for is_markdown in markdown]
+    for uri, text in zip(notebook.cell_uris, cells):
+        notebook.texts[uri], notebook.versions[uri] = text, next(_versions)
+    before = len(client.published)
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=notebook.uri, notebook_type="jupyter-notebook", version=next(_versions),
+            cells=[types.NotebookCell(kind, uri) for kind, uri in zip(kinds, notebook.cell_uris)]),
+        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id="markdown" if is_markdown else "python",
+                                                    version=notebook.versions[uri], text=notebook.texts[uri])
+                             for uri, is_markdown in zip(notebook.cell_uris, markdown)]))
+    return notebook, {uri: await published(client, uri, before) for uri in notebook.cell_uris}
+
+
+def change_cell(client: LanguageClient, notebook: OpenNotebook, uri: str,
+                change: types.TextDocumentContentChangeEvent) -> int:
+    notebook.versions[uri] = next(_versions)
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook.uri, version=next(_versions)),
+        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
+            types.NotebookDocumentCellContentChanges(
+                document=types.VersionedTextDocumentIdentifier(uri=uri, version=notebook.versions[uri]),
+                changes=[change])]))))
+    return notebook.versions[uri]
+
+
+def close_notebook(client: LanguageClient, notebook: OpenNotebook) -> None:
+    client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
+        notebook_document=types.NotebookDocumentIdentifier(uri=notebook.uri),
+        cell_text_documents=[types.TextDocumentIdentifier(uri=uri) for uri in notebook.cell_uris]))
+
+
+def cell_edits(action: types.CodeAction) -> dict[str, tuple[int, list[types.TextEdit]]]:
+    """A versioned workspace edit's edits, by the cell they are for."""
+    return {change_.text_document.uri: (change_.text_document.version, list(change_.edits))
+            for change_ in action.edit.document_changes}
 
 
 # --- tests ---------------------------------------------------------------------------------------
@@ -290,6 +354,75 @@ async def test_utf16_client_gets_utf16_positions_and_versioned_edits(vscode: Lan
     assert apply(text, edits_of(actions[0], uri), "utf-16") == text.replace(
         "torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
     close(vscode, uri)
+
+
+async def test_notebook_cells_are_linted_together_and_reported_per_cell(vscode: LanguageClient, workspace: Path):
+    sync = vscode.server_capabilities.notebook_document_sync
+    assert sync.notebook_selector[0].notebook == "jupyter-notebook" and sync.save
+    notebook, found = await open_notebook(vscode, workspace / "train.ipynb", NOTEBOOK)
+    imports, markdown, magics, model = notebook.cell_uris
+    # Cell 0's imports resolve `torch` and `nn` in cells 2 and 3; the magics are no syntax error;
+    # cells with nothing to show get an empty list.
+    assert [codes(found[uri]) for uri in notebook.cell_uris] == [[], [], ["TL201"], ["TL501"]]
+    (moved,) = found[magics].diagnostics
+    assert moved.range.start == types.Position(2, len("s = '😀é'; y = ") + 1)  # UTF-16: the emoji is 2 units
+    assert found[magics].version == notebook.versions[magics]
+    assert found[model].diagnostics[0].range.start == types.Position(0, len("model = "))
+    close_notebook(vscode, notebook)
+
+
+async def test_notebook_code_actions_edit_the_cells_they_are_for(vscode: LanguageClient, workspace: Path):
+    notebook, _ = await open_notebook(vscode, workspace / "actions.ipynb", NOTEBOOK)
+    imports, markdown, magics, model = notebook.cell_uris
+    texts, versions = notebook.texts, notebook.versions
+
+    quick_fix, disable, fix_all = await code_actions(vscode, magics, 2)
+    assert cell_edits(quick_fix).keys() == {magics} and cell_edits(quick_fix)[magics][0] == versions[magics]
+    assert apply(texts[magics], cell_edits(quick_fix)[magics][1], "utf-16") == texts[magics].replace(
+        "torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
+    assert apply(texts[magics], cell_edits(disable)[magics][1], "utf-16").endswith(".cuda()  # noqa: TL201")
+    # Fix all: the safe fixes of the whole notebook (here only cell 2's); the magics stay as written.
+    assert fix_all.kind == "source.fixAll.torchlint" and cell_edits(fix_all).keys() == {magics}
+    assert apply(texts[magics], cell_edits(fix_all)[magics][1], "utf-16") == texts[magics].replace(
+        "torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
+
+    # TL501's fix puts its helper after the imports: an edit of cell 0, at cell 0's version.
+    unsafe = (await code_actions(vscode, model, 0))[0]
+    assert unsafe.title.endswith("(unsafe)")
+    edits = cell_edits(unsafe)
+    assert edits.keys() == {model, imports}
+    assert (edits[model][0], edits[imports][0]) == (versions[model], versions[imports])
+    assert apply(texts[model], edits[model][1], "utf-16") == "model = _distributed_data_parallel(nn.Linear(2, 2))"
+    assert apply(texts[imports], edits[imports][1], "utf-16").startswith(
+        texts[imports] + "\n\n\ndef _distributed_data_parallel(")
+    close_notebook(vscode, notebook)
+
+
+async def test_notebook_changes_save_and_close(vscode: LanguageClient, workspace: Path):
+    notebook, _ = await open_notebook(vscode, workspace / "edited.ipynb", NOTEBOOK)
+    imports, markdown, magics, model = notebook.cell_uris
+    # VS Code sends a cell's edits as ranges (in UTF-16 units): delete the emoji.
+    before = len(vscode.published)
+    version = change_cell(vscode, notebook, magics, types.TextDocumentContentChangePartial(
+        range=types.Range(types.Position(2, 5), types.Position(2, 7)), text=""))
+    params = await published(vscode, magics, before)
+    assert params.version == version
+    assert [d.range.start for d in params.diagnostics] == [types.Position(2, len("s = 'é'; y = "))]
+
+    # Without the import in cell 0, `nn.DataParallel` in cell 3 is no longer torch's; saving
+    # publishes at once.
+    before = len(vscode.published)
+    change_cell(vscode, notebook, imports, types.TextDocumentContentChangeWholeDocument(text="import torch\n"))
+    vscode.notebook_document_did_save(types.DidSaveNotebookDocumentParams(
+        notebook_document=types.NotebookDocumentIdentifier(uri=notebook.uri)))
+    started = time.monotonic()
+    assert codes(await published(vscode, model, before)) == []
+    assert time.monotonic() - started < 0.25  # not waiting for the debounce
+    assert codes(await published(vscode, magics, before)) == ["TL201"]
+
+    before = len(vscode.published)
+    close_notebook(vscode, notebook)
+    assert [codes(await published(vscode, uri, before)) for uri in notebook.cell_uris] == [[], [], [], []]
 
 
 async def test_without_pygls_the_command_says_what_to_install(tmp_path):

@@ -8,6 +8,12 @@ workspace's own torchlint configuration for the document's path, overridden by t
 (``initializationOptions`` and ``workspace/didChangeConfiguration``): ``select``, ``ignore``,
 ``unsafeFixes``, ``targetTorch``. A buffer that does not parse gives TL000, and the server keeps
 answering.
+
+Jupyter notebooks (LSP 3.17 notebook documents, as VS Code sends them): the code cells are linted
+together as one module, as ``torchlint`` lints an ``.ipynb`` file (torchlint/notebook.py), and
+each cell gets its own findings. A fix that reaches into another cell (TL501's helper goes after
+the imports of the first) edits that cell's document; fix-all applies ``--fix`` to the whole
+notebook.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from pathlib import Path
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.uris import to_fs_path
 
 from torchlint import __version__
 from torchlint.config import ConfigError, Settings, resolve_settings
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
+from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
 from torchlint.suppression import NOQA
 
@@ -34,6 +43,10 @@ FIX_ALL_KIND = "source.fixAll.torchlint"
 DEBOUNCE_SECONDS = 0.3
 PYTHON_SUFFIXES = (".py", ".pyi")
 CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch")
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
+    notebook_selector=[types.NotebookDocumentFilterWithNotebook(
+        notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
+    save=True)
 
 log = logging.getLogger("torchlint.lsp")
 _converter = get_converter()
@@ -41,24 +54,75 @@ _converter = get_converter()
 
 @dataclass
 class LintedDocument:
-    """One version of an open document and what torchlint found in it."""
+    """One version of an open document (a file, or a notebook cell) and what torchlint found in it."""
 
+    uri: str
     version: int | None
     text: str
     path: str
     settings: Settings | None  # None: excluded, or the configuration has an error
     diagnostics: list[Diagnostic] = field(default_factory=list)
     lsp: list[dict] = field(default_factory=list)  # the same, in LSP shape and the client's units
-    fixed: str | None = None  # the text after `--fix`, computed on the first fix-all request
+    # What `--fix` changes, as (document, new text); computed on the first fix-all request.
+    fixed: list[tuple[LintedDocument, str]] | None = None
+    # A cell's notebook: fix-all and edits in other cells go through it.
+    notebook: LintedNotebook | None = field(default=None, repr=False, compare=False)
+
+    def fix(self) -> list[tuple[LintedDocument, str]]:
+        """What ``--fix`` changes in this file (a cell's fixes are its notebook's)."""
+        fixed = fix_source(self.text, self.path, self.settings).source
+        return [(self, fixed)] if fixed != self.text else []
+
+    def document_of(self, cell: int | None) -> LintedDocument:
+        """Where an edit of one of this document's fixes lands: here, or in a cell (by index) of its notebook."""
+        return self if cell is None else self.notebook.cells[cell]
+
+
+@dataclass
+class LintedNotebook:
+    """One version of an open notebook: its code cells linted as one module, each cell's findings
+    in a LintedDocument of its own."""
+
+    key: tuple  # (URI, version, text) of every cell: what was linted
+    path: str
+    settings: Settings | None
+    cells: list[LintedDocument]  # by index in the notebook, markdown cells too (they get no findings)
+    code_cells: list[CodeCell] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # all the cells' findings
+    fixed: list[tuple[LintedDocument, str]] | None = None
+
+    def fix(self) -> list[tuple[LintedDocument, str]]:
+        """What ``--fix`` changes in the notebook's cells."""
+        _, _, changed = fix_cells(self.code_cells, self.path, self.settings)
+        return [(self.cells[index], text) for index, text in changed.items()]
+
+
+class TorchlintProtocol(LanguageServerProtocol):
+    """pygls's protocol, with notebook cell edits made whole before pygls applies them."""
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: types.DidChangeNotebookDocumentParams):
+        """VS Code sends a cell's edits as ranges whatever sync the server asks for, and pygls, with
+        full sync, would take a range's text for the whole cell: apply the ranges here, with lines
+        split as LSP (and the diagnostics) split them, and hand pygls the cell's new text."""
+        encoding = _encoding(self.workspace.position_encoding)
+        for content in (params.change.cells and params.change.cells.text_content) or []:
+            text = self.workspace.get_text_document(content.document.uri).source
+            for change in content.changes:
+                text = _changed_text(text, change, encoding)
+            content.changes = [types.TextDocumentContentChangeWholeDocument(text=text)]
+        return (yield from super().lsp_notebook_document__did_change(params))
 
 
 class TorchlintServer(LanguageServer):
     def __init__(self):
         # Full sync: the client sends the whole text, so lines are split the way Python (and the
         # diagnostics) split them, not the way an incremental update would.
-        super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+        super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full,
+                         notebook_document_sync=NOTEBOOK_SYNC, protocol_cls=TorchlintProtocol)
         self.client_settings: dict = {}
         self.linted: dict[str, LintedDocument] = {}
+        self.linted_notebooks: dict[str, LintedNotebook] = {}
         self.pending: dict[str, asyncio.Task] = {}
         self.reported_errors: set[str] = set()
 
@@ -71,6 +135,7 @@ class TorchlintServer(LanguageServer):
             log.warning("ignoring unknown client settings: %s", ", ".join(unknown))
         self.client_settings = {key: settings[key] for key in CLIENT_KEYS if key in settings}
         self.linted.clear()
+        self.linted_notebooks.clear()
         self.reported_errors.clear()
 
     def settings_for(self, path: str) -> Settings | None:
@@ -97,7 +162,11 @@ class TorchlintServer(LanguageServer):
     # --- linting ----------------------------------------------------------------------------
 
     def lint(self, uri: str) -> LintedDocument | None:
-        """The findings for the document's current text (cached per version)."""
+        """The findings for the document's current text (cached per version); a notebook cell's
+        come from linting its whole notebook."""
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        if notebook is not None:
+            return next((cell for cell in self.lint_notebook(notebook.uri).cells if cell.uri == uri), None)
         document = self.workspace.get_text_document(uri)
         if not _is_python(document):
             return None
@@ -105,32 +174,86 @@ class TorchlintServer(LanguageServer):
         if cached is not None and cached.version == document.version and cached.text == document.source:
             return cached
         path = document.path if uri.startswith("file:") else str(Path.cwd() / (document.filename or "untitled.py"))
-        linted = LintedDocument(document.version, document.source, path, self.settings_for(path))
+        linted = LintedDocument(uri, document.version, document.source, path, self.settings_for(path))
         if linted.settings is not None:
-            try:
-                linted.diagnostics = lint_source(linted.text, path, linted.settings)
-            except Exception as error:  # noqa: BLE001 - a rule's bug must not take the server down
-                log.exception("linting %s failed", path)
-                self.report_once(f"torchlint: internal error while linting {path}: {error!r}. Please report it.")
+            linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings))
             text = SourceText(linted.text)
             encoding = _encoding(self.workspace.position_encoding)
             linted.lsp = [lsp_diagnostic(d, text, encoding=encoding) for d in linted.diagnostics]
         self.linted[uri] = linted
         return linted
 
-    def publish(self, uri: str) -> None:
-        linted = self.lint(uri)
-        if linted is None:
-            return
-        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-            uri=uri, version=linted.version,
-            diagnostics=[_converter.structure(d, types.Diagnostic) for d in linted.lsp]))
+    def lint_notebook(self, uri: str) -> LintedNotebook | None:
+        """The findings for an open notebook's cells (cached while no cell changes); None if ``uri``
+        is not an open notebook."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        if notebook is None:
+            return None
+        documents = [self.workspace.get_text_document(cell.document) for cell in notebook.cells]
+        key = tuple((cell.document, document.version, document.source)
+                    for cell, document in zip(notebook.cells, documents))
+        cached = self.linted_notebooks.get(uri)
+        if cached is not None and cached.key == key:
+            return cached
+        path = to_fs_path(uri) if uri.startswith("file:") else str(Path.cwd() / "untitled.ipynb")
+        settings = self.settings_for(path)
+        linted = LintedNotebook(key, path, settings, [])
+        linted.cells = [LintedDocument(cell.document, document.version, document.source, path, settings,
+                                       notebook=linted) for cell, document in zip(notebook.cells, documents)]
+        if settings is not None:
+            for index, (cell, document) in enumerate(zip(notebook.cells, documents)):
+                is_python = cell.kind == types.NotebookCellKind.Code and _is_python(document)
+                code = code_cell(index, document.source) if is_python else None
+                if code is not None:  # None: a `%%bash` cell
+                    linted.code_cells.append(code)
+            linted.diagnostics = self.guarded_lint(path, lambda: lint_cells(linted.code_cells, path, settings))
+            texts = [SourceText(cell.text) for cell in linted.cells]
+            encoding = _encoding(self.workspace.position_encoding)
+            for diag in linted.diagnostics:
+                cell = linted.cells[diag.cell]
+                cell.diagnostics.append(diag)
+                cell.lsp.append(lsp_diagnostic(diag, texts[diag.cell], encoding=encoding, cell_text=texts.__getitem__))
+        self.linted_notebooks[uri] = linted
+        return linted
 
-    def publish_soon(self, uri: str, delay: float = DEBOUNCE_SECONDS) -> None:
-        """Publish once the document has stopped changing for ``delay`` seconds."""
+    def guarded_lint(self, path: str, lint) -> list[Diagnostic]:
+        """What ``lint()`` finds; nothing, and a message to the user, if a rule's bug breaks it."""
+        try:
+            return lint()
+        except Exception as error:  # noqa: BLE001 - a rule's bug must not take the server down
+            log.exception("linting %s failed", path)
+            self.report_once(f"torchlint: internal error while linting {path}: {error!r}. Please report it.")
+            return []
+
+    def publish(self, uri: str) -> None:
+        """Publish a document's findings, or those of every cell of a notebook (an empty list for
+        a cell with none, so that what it showed before goes)."""
+        notebook = self.lint_notebook(uri)
+        documents = notebook.cells if notebook is not None else [self.lint(uri)]
+        for linted in documents:
+            if linted is not None:
+                self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                    uri=linted.uri, version=linted.version,
+                    diagnostics=[_converter.structure(d, types.Diagnostic) for d in linted.lsp]))
+
+    def clear(self, uris) -> None:
+        for uri in uris:
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    def forget(self, uri: str) -> None:
+        """A document or notebook was closed: drop what is pending or cached for it."""
+        self.cancel_pending(uri)
+        self.linted.pop(uri, None)
+        self.linted_notebooks.pop(uri, None)
+
+    def cancel_pending(self, uri: str) -> None:
         pending = self.pending.pop(uri, None)
         if pending is not None:
             pending.cancel()
+
+    def publish_soon(self, uri: str, delay: float = DEBOUNCE_SECONDS) -> None:
+        """Publish once the document has stopped changing for ``delay`` seconds."""
+        self.cancel_pending(uri)
 
         async def later() -> None:
             await asyncio.sleep(delay)
@@ -140,9 +263,7 @@ class TorchlintServer(LanguageServer):
         self.pending[uri] = asyncio.ensure_future(later())
 
     def publish_now(self, uri: str) -> None:
-        pending = self.pending.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
+        self.cancel_pending(uri)
         self.publish(uri)
 
     # --- code actions -----------------------------------------------------------------------
@@ -156,7 +277,6 @@ class TorchlintServer(LanguageServer):
         encoding = _encoding(self.workspace.position_encoding)
         start = _from_client(text, params.range.start, encoding)
         end = _from_client(text, params.range.end, encoding)
-        document = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=linted.version)
         capabilities = self.client_capabilities.workspace
         versioned = bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
         actions: list[types.CodeAction] = []
@@ -171,43 +291,35 @@ class TorchlintServer(LanguageServer):
                 actions.append(types.CodeAction(
                     title=f"{fix['title']}{' (unsafe)' if unsafe else ''}", kind=types.CodeActionKind.QuickFix,
                     diagnostics=[lsp_diag], is_preferred=not unsafe,
-                    edit=_workspace_edit(document, [_text_edit(e["range"], e["newText"]) for e in fix["edits"]],
-                                         versioned)))
+                    edit=_workspace_edit([(linted.document_of(e.get("cell")), _text_edit(e["range"], e["newText"]))
+                                          for e in fix["edits"]], versioned)))
             noqa = _noqa_edit(linted.text, diag, encoding)
             if noqa is not None:
                 actions.append(types.CodeAction(
                     title=f"Disable {diag.code} for this line", kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[lsp_diag], edit=_workspace_edit(document, [noqa], versioned)))
-        fix_all = self.fix_all(linted, text, encoding)
-        if fix_all is not None:
+                    diagnostics=[lsp_diag], edit=_workspace_edit([(linted, noqa)], versioned)))
+        fix_all = self.fix_all(linted, encoding)
+        if fix_all:
             actions.append(types.CodeAction(title="torchlint: fix all auto-fixable problems", kind=FIX_ALL_KIND,
-                                            edit=_workspace_edit(document, [fix_all], versioned)))
+                                            edit=_workspace_edit(fix_all, versioned)))
         only = params.context.only
         if only:
             actions = [a for a in actions if any(a.kind == kind or a.kind.startswith(f"{kind}.") for kind in only)]
         return actions
 
-    def fix_all(self, linted: LintedDocument, text: SourceText, encoding: str) -> types.TextEdit | None:
-        """One edit from the first to the last changed character, as ``--fix`` would change it."""
-        if not any(d.fix is not None and d.fix.applies(linted.settings.unsafe_fixes) for d in linted.diagnostics):
-            return None
-        if linted.fixed is None:  # editors ask for code actions at every cursor move: once per version
+    def fix_all(self, linted: LintedDocument, encoding: str) -> list[tuple[LintedDocument, types.TextEdit]]:
+        """What ``--fix`` would change, as one edit per document it changes: the file, or for a
+        notebook cell, any cell of the notebook (the fixes are those of the whole notebook)."""
+        owner = linted.notebook or linted
+        if not any(d.fix is not None and d.fix.applies(owner.settings.unsafe_fixes) for d in owner.diagnostics):
+            return []
+        if owner.fixed is None:  # editors ask for code actions at every cursor move: once per version
             try:
-                linted.fixed = fix_source(linted.text, linted.path, linted.settings).source
+                owner.fixed = owner.fix()
             except FixError as error:
                 self.report_once(str(error))
-                linted.fixed = linted.text
-        before, fixed = linted.text, linted.fixed
-        if fixed == before:
-            return None
-        prefix = 0
-        while prefix < min(len(before), len(fixed)) and before[prefix] == fixed[prefix]:
-            prefix += 1
-        suffix = 0
-        while suffix < min(len(before), len(fixed)) - prefix and before[-1 - suffix] == fixed[-1 - suffix]:
-            suffix += 1
-        start, end = text.position(prefix), text.position(len(before) - suffix)
-        return _text_edit(lsp_range(text, *start, *end, encoding), fixed[prefix:len(fixed) - suffix])
+                owner.fixed = []
+        return [(document, _replacement(document.text, fixed, encoding)) for document, fixed in owner.fixed]
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -273,13 +385,42 @@ def _text_edit(lsp_range_: dict, new_text: str) -> types.TextEdit:
     return types.TextEdit(range=_converter.structure(lsp_range_, types.Range), new_text=new_text)
 
 
-def _workspace_edit(document: types.OptionalVersionedTextDocumentIdentifier, edits,
-                    versioned: bool) -> types.WorkspaceEdit:
-    """Versioned (`documentChanges`: the client rejects it if the buffer changed meanwhile) when
-    the client says it supports that, plain `changes` otherwise."""
+def _replacement(before: str, after: str, encoding: str) -> types.TextEdit:
+    """One edit from the first to the last changed character."""
+    prefix = 0
+    while prefix < min(len(before), len(after)) and before[prefix] == after[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
+        suffix += 1
+    text = SourceText(before)
+    start, end = text.position(prefix), text.position(len(before) - suffix)
+    return _text_edit(lsp_range(text, *start, *end, encoding), after[prefix:len(after) - suffix])
+
+
+def _changed_text(text: str, change: types.TextDocumentContentChangeEvent, encoding: str) -> str:
+    """``text`` after one content change: a range's new text, or the whole text."""
+    if not isinstance(change, types.TextDocumentContentChangePartial):
+        return change.text
+    source = SourceText(text)
+    start = source.offset(*_from_client(source, change.range.start, encoding))
+    end = source.offset(*_from_client(source, change.range.end, encoding))
+    return text[:start] + change.text + text[end:]
+
+
+def _workspace_edit(edits: list[tuple[LintedDocument, types.TextEdit]], versioned: bool) -> types.WorkspaceEdit:
+    """The edits, grouped by the document (a file, or a notebook's cells) each one is for.
+    Versioned (`documentChanges`: the client rejects it if a buffer changed meanwhile) when the
+    client says it supports that, plain `changes` otherwise."""
+    by_document: dict[str, tuple[LintedDocument, list[types.TextEdit]]] = {}
+    for document, edit in edits:
+        by_document.setdefault(document.uri, (document, []))[1].append(edit)
     if versioned:
-        return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(text_document=document, edits=edits)])
-    return types.WorkspaceEdit(changes={document.uri: edits})
+        return types.WorkspaceEdit(document_changes=[
+            types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(
+                uri=document.uri, version=document.version), edits=document_edits)
+            for document, document_edits in by_document.values()])
+    return types.WorkspaceEdit(changes={uri: document_edits for uri, (_, document_edits) in by_document.items()})
 
 
 def _noqa_edit(source: str, diag: Diagnostic, encoding: str) -> types.TextEdit | None:
@@ -329,8 +470,11 @@ def create_server() -> TorchlintServer:
     def did_change_configuration(ls: TorchlintServer, params: types.DidChangeConfigurationParams) -> None:
         if params.settings is not None:
             ls.update_client_settings(params.settings)
+        for notebook in list(ls.workspace.notebook_documents.values()):
+            ls.publish_now(notebook.uri)
         for uri in list(ls.workspace.text_documents):
-            ls.publish_now(uri)
+            if ls.workspace.get_notebook_document(cell_uri=uri) is None:  # a cell goes with its notebook
+                ls.publish_now(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: TorchlintServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -346,12 +490,29 @@ def create_server() -> TorchlintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: TorchlintServer, params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        pending = ls.pending.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
-        ls.linted.pop(uri, None)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        ls.forget(params.text_document.uri)
+        ls.clear([params.text_document.uri])
+
+    # pygls keeps the notebook and its cells' text in its workspace before these run.
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def did_open_notebook(ls: TorchlintServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.publish_now(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def did_change_notebook(ls: TorchlintServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        structure = params.change.cells and params.change.cells.structure
+        if structure and structure.did_close:  # cells deleted: what they showed goes with them
+            ls.clear([cell.uri for cell in structure.did_close])
+        ls.publish_soon(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def did_save_notebook(ls: TorchlintServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.publish_now(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def did_close_notebook(ls: TorchlintServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.forget(params.notebook_document.uri)
+        ls.clear([cell.uri for cell in params.cell_text_documents])
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
         code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]))

@@ -13,6 +13,9 @@ whose cell magic runs Python (``%%time``, ``%%capture``...) has only that first 
 ``--fix`` edits the joined text, splits it back at the boundary lines, puts the IPython lines back
 as they were, and rewrites only the ``source`` value of the cells that changed, in the notebook's
 own JSON style: outputs, metadata, untouched cells and the key order stay byte for byte.
+
+The language server lints the cells of an open notebook the same way, from the cell texts the
+editor sends (``code_cell``, ``lint_cells``, ``fix_cells``), with no JSON text in between.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
 from torchlint.diagnostics import Diagnostic, Edit, Fix, SourceText
-from torchlint.engine import FixError, fix_source, lint_source, syntax_error
+from torchlint.engine import FixError, FixResult, fix_source, lint_source, syntax_error
 
 NOTEBOOK_SUFFIX = ".ipynb"
 # Cell magics whose body is Python: the body is linted, the magic line masked.
@@ -185,7 +188,13 @@ class CodeCell:
     source: str  # the cell's text as in the file
     masked: str  # what is linted: IPython lines replaced
     ipython_lines: dict[int, str]  # 0-based line -> original line
-    span: tuple[int, int]  # where the `source` value sits in the JSON text
+    span: tuple[int, int] | None = None  # where the `source` value sits in the JSON text (a file's cells)
+
+
+def code_cell(index: int, source: str, span: tuple[int, int] | None = None) -> CodeCell | None:
+    """A code cell ready to be linted; None for one whose body is not Python (``%%bash``)."""
+    masked = mask_ipython(source)
+    return None if masked is None else CodeCell(index, source, *masked, span)
 
 
 @dataclass
@@ -240,11 +249,9 @@ def parse_notebook(text: str) -> Notebook:
     for index, (cell, members) in enumerate(zip(data["cells"], cell_members)):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code" or "source" not in members:
             continue
-        source = _cell_source(cell["source"])
-        masked = mask_ipython(source)
-        if masked is None:
-            continue
-        notebook.cells.append(CodeCell(index, source, masked[0], masked[1], members["source"]))
+        code = code_cell(index, _cell_source(cell["source"]), members["source"])
+        if code is not None:
+            notebook.cells.append(code)
     return notebook
 
 
@@ -346,6 +353,33 @@ def _to_cells(diagnostics: list[Diagnostic], joined: JoinedCells, cells: list[Co
     return sorted((_to_cell(d, joined, cells, text) for d in diagnostics), key=lambda d: d.sort_key)
 
 
+def lint_cells(cells: list[CodeCell], path: str, settings) -> list[Diagnostic]:
+    """The code cells linted as one module, each finding against its own cell (``cell`` is the
+    CodeCell's index)."""
+    joined = JoinedCells.join([cell.masked for cell in cells])
+    return _to_cells(lint_source(joined.text, path, settings), joined, cells)
+
+
+def fix_cells(cells: list[CodeCell], path: str, settings) -> tuple[FixResult, JoinedCells, dict[int, str]]:
+    """``--fix`` on the code cells as one module: the result for the joined text, the joined text,
+    and the new text of each cell that changed (by index, IPython lines back as written). A
+    FixError when the fixed text cannot be put back into the cells."""
+    joined = JoinedCells.join([cell.masked for cell in cells])
+    fixed = fix_source(joined.text, path, settings)
+    new_cells = joined.split(fixed.source)
+    if new_cells is None:
+        raise FixError(f"{path}: the fixes moved a notebook cell boundary; nothing was written. "
+                       "Please report this as a torchlint bug.")
+    changed: dict[int, str] = {}
+    for cell, new in zip(cells, new_cells):
+        restored = _unmask(new, cell)
+        if restored is None:
+            raise FixError(f"{path}: a fix touched an IPython line of cell {cell.index + 1}; nothing was written")
+        if restored != cell.source:
+            changed[cell.index] = restored
+    return fixed, joined, changed
+
+
 # --- writing the fixed cells back ------------------------------------------------------------
 
 def _unmask(fixed: str, cell: CodeCell) -> str | None:
@@ -421,40 +455,26 @@ def check_notebook_text(text: str, path: str, settings, options, raw: bytes | No
     result = FileResult(path, text, cells=notebook.cell_texts())
     if not notebook.python or not notebook.cells:
         return result
-    joined = JoinedCells.join([cell.masked for cell in notebook.cells])
     if not (options.fix or options.diff):
         cached = options.cache.get(raw, path) if options.cache is not None and raw is not None else None
         if cached is not None:
             result.diagnostics = cached
             return result
-        result.diagnostics = _to_cells(lint_source(joined.text, path, settings), joined, notebook.cells)
+        result.diagnostics = lint_cells(notebook.cells, path, settings)
         if options.cache is not None and raw is not None:
             options.cache.put(raw, path, result.diagnostics)
         return result
 
     try:
-        fixed = fix_source(joined.text, path, settings)
-        new_cells = joined.split(fixed.source)
-        if new_cells is None:
-            raise FixError(f"{path}: the fixes moved a notebook cell boundary; nothing was written. "
-                           "Please report this as a torchlint bug.")
+        fixed, joined, changed = fix_cells(notebook.cells, path, settings)
     except FixError as error:
         result.error = str(error)
-        result.diagnostics = _to_cells(lint_source(joined.text, path, settings), joined, notebook.cells)
+        result.diagnostics = lint_cells(notebook.cells, path, settings)
         return result
-    changed: dict[int, str] = {}
-    for cell, new in zip(notebook.cells, new_cells):
-        restored = _unmask(new, cell)
-        if restored is None:
-            result.error = f"{path}: a fix touched an IPython line of cell {cell.index + 1}; nothing was written"
-            result.diagnostics = _to_cells(lint_source(joined.text, path, settings), joined, notebook.cells)
-            return result
-        if restored != cell.source:
-            changed[cell.index] = restored
     result.fixed = _to_cells(fixed.fixed, joined, notebook.cells)
     new_text = rewrite(notebook, changed) if changed else text
     if options.diff:
-        result.diagnostics = _to_cells(lint_source(joined.text, path, settings), joined, notebook.cells)
+        result.diagnostics = lint_cells(notebook.cells, path, settings)
         result.diff = "".join(_cell_diff(path, cell.index, cell.source, changed[cell.index])
                               for cell in notebook.cells if cell.index in changed)
         return result
