@@ -221,6 +221,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     tree, refused = _python_tree(source, path)
     if refused is not None:
         return [refused]
+    first_lines = None
     if tree is not None:
         candidates = _prechecked(candidates, tree, source, settings)
         if not candidates:
@@ -228,6 +229,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         too_deep = _too_deep(tree, path)
         if too_deep is not None:
             return [too_deep]
+        first_lines = _statement_lines(tree)
         del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
         module = parse_module(source)
@@ -240,7 +242,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         if not ctx.reports:
             return []
         _apply_guards(module, ctx.reports)
-        diagnostics = _resolve(ctx, module, source)
+        diagnostics = _resolve(ctx, module, source, first_lines)
     except RecursionError:  # a shape the depth check does not see (`a and b and ...`, "a" "b" ...)
         return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "
                                    "or exclude the file")]
@@ -280,11 +282,12 @@ def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
     walk(module, on_visit, lambda node: path.pop())
 
 
-def _resolve(ctx: RuleContext, module: cst.Module, source: str) -> list[Diagnostic]:
+def _resolve(ctx: RuleContext, module: cst.Module, source: str, first_lines: list[int] | None) -> list[Diagnostic]:
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
-    positions = _positions(module, [r.node for r in ctx.reports] +
-                           [e.node for r in ctx.reports if r.fix for e in r.fix.edits])
     text = SourceText(source)
+    wanted = {id(r.node) for r in ctx.reports} | {id(e.node) for r in ctx.reports if r.fix for e in r.fix.edits}
+    positions = first_lines is not None and _positions_by_statement(module, wanted, text, first_lines) \
+        or _positions(module, wanted)
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
     indents = _block_indents(module, replaced) if replaced else {}
     diagnostics = []
@@ -324,14 +327,13 @@ class _PositionsUntil(PositionProvidingCodegenState):
                 raise _Positioned
 
 
-def _positions(module: cst.Module, nodes: list[cst.CSTNode]) -> dict:
-    """PositionProvider's positions (line 1-based, column 0-based) of at least ``nodes``: LibCST
-    renders the module to find them, and the render stops after the last of them (on average
-    half the module, for findings spread through it)."""
+def _positions(module: cst.Module, wanted: set[int]) -> dict:
+    """PositionProvider's positions (line 1-based, column 0-based) of at least the nodes whose ids
+    are ``wanted``: LibCST renders the module to find them, and the render stops after the last."""
     provider = PositionProvider()
     state = _PositionsUntil(default_indent=module.default_indent, default_newline=module.default_newline,
                             provider=provider)
-    state.wanted = {id(node) for node in nodes}
+    state.wanted = set(wanted)
     try:
         module._codegen(state)
     except Exception as error:  # noqa: BLE001 - see below
@@ -342,6 +344,62 @@ def _positions(module: cst.Module, nodes: list[cst.CSTNode]) -> dict:
         if error is None:
             raise
     return provider._computed
+
+
+def _statement_lines(tree: ast.Module) -> list[int]:
+    """The line where each of the module's statements starts in CPython's tree (its first
+    decorator's, for a decorated one)."""
+    return [min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())]) for node in tree.body]
+
+
+def _positions_by_statement(module: cst.Module, wanted: set[int], text: SourceText,
+                            first_lines: list[int]) -> dict | None:
+    """The positions of the ``wanted`` nodes, rendering only the module's statements that hold
+    them, each from the line where CPython's tree starts it (a fraction of the module, for a few
+    findings in a large file). None when a wanted node is outside the statements, or a rendered
+    statement is not the source's text at that line: then the module is rendered as a whole."""
+    starts = _render_starts(module, first_lines)
+    if starts is None:
+        return None
+    holders, missing = [], set(wanted)
+    for index, statement in enumerate(module.body):
+        found: set[int] = set()
+        walk(statement, lambda node: found.add(id(node)) if id(node) in missing else None)
+        if found:
+            holders.append(index)
+            missing -= found
+        if not missing:
+            break
+    if missing:
+        return None
+    provider = PositionProvider()
+    for index in holders:
+        state = PositionProvidingCodegenState(default_indent=module.default_indent,
+                                              default_newline=module.default_newline, provider=provider,
+                                              line=starts[index])
+        module.body[index]._codegen(state)
+        rendered = "".join(state.tokens)
+        start = text.offset(starts[index] - 1, 0)
+        if text.text[start:start + len(rendered)] != rendered:
+            return None
+    return provider._computed
+
+
+def _render_starts(module: cst.Module, first_lines: list[int]) -> list[int] | None:
+    """The line where LibCST's render of each module statement starts: CPython's line for it,
+    less the blank and comment lines LibCST keeps in front of it. None if the two trees do not
+    split the module alike (CPython counts each statement of ``a; b`` on its own)."""
+    starts, position = [], 0
+    for statement in module.body:
+        if position >= len(first_lines):
+            return None
+        leading = len(statement.leading_lines)
+        decorators = getattr(statement, "decorators", ())
+        if decorators:
+            leading += len(decorators[0].leading_lines)
+        starts.append(first_lines[position] - leading)
+        position += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+    return starts if position == len(first_lines) else None
 
 
 class _IndentFinder(cst.CSTVisitor):
