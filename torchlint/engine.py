@@ -247,8 +247,9 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "
                                    "or exclude the file")]
     if "\f" in source and module.code != source:
-        # LibCST drops some form feeds in indentation, so its positions are off from there on and
-        # a fix would land beside its target: report, but fix nothing
+        # LibCST renders a block indented with a form feed with the form feed on every line, so
+        # its columns there are off by one and a fix would land beside its target: report, but
+        # fix nothing
         diagnostics = [replace(d, fix=None) for d in diagnostics]
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
 
