@@ -79,6 +79,11 @@ LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(valida
 FUNCTION_NAME = re.compile(r"def\s+(\w+)")
 EVAL_RECEIVER = re.compile(r"([\w.]+)\.eval\(\)")
 
+
+def eval_receivers(code: str) -> set[str]:
+    """What ``code`` calls ``.eval()`` on (the regex only where ``.eval()`` is written: it scans slowly)."""
+    return set(EVAL_RECEIVER.findall(code)) if ".eval()" in code else set()
+
 class EvalWithoutNoGrad(Rule):
     code = "TL103"
     name = "eval-without-no-grad"
@@ -101,7 +106,7 @@ class EvalWithoutNoGrad(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a model called in a loop (see _model)
-        receivers = set(EVAL_RECEIVER.findall(index.source)) if ".eval()" in index.source else set()
+        receivers = eval_receivers(index.source)
         for call in index.nodes(ast.Call):
             if not index.loop_lines[call.lineno]:
                 continue
@@ -109,7 +114,7 @@ class EvalWithoutNoGrad(Rule):
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
             name = dotted(func)
-            if name is not None and name != "self" and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
+            if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
                 return True
         return False
 
@@ -174,15 +179,14 @@ class EvalWithoutNoGrad(Rule):
         answers first: rendering a function's code is only worth it for a name the file puts in
         eval mode somewhere."""
         if self._file_receivers is None:
-            source = self.ctx.source
-            self._file_receivers = set(EVAL_RECEIVER.findall(source)) if ".eval()" in source else set()
+            self._file_receivers = eval_receivers(self.ctx.source)
         if name not in self._file_receivers:
             return set()
         scope = self.ctx.enclosing_function()
         if scope is None:
             return self._file_receivers
         if id(scope) not in self._receivers:
-            self._receivers[id(scope)] = set(EVAL_RECEIVER.findall(self.ctx.code_for(scope)))
+            self._receivers[id(scope)] = eval_receivers(self.ctx.code_for(scope))
         return self._receivers[id(scope)]
 
     def _always_called_without_grad(self, function: str) -> bool:

@@ -19,7 +19,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from torchlint import guards
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
 from torchlint.matching import ImportMap
-from torchlint.precheck import SyntaxIndex
+from torchlint.precheck import SyntaxIndex, first_line
 from torchlint.rule import NodeEdit, Report, Rule, RuleContext
 from torchlint.suppression import apply_noqa, skip_file
 from torchlint.walk import visit, walk
@@ -350,7 +350,7 @@ def _positions(module: cst.Module, wanted: set[int]) -> dict:
 def _statement_lines(tree: ast.Module) -> list[int]:
     """The line where each of the module's statements starts in CPython's tree (its first
     decorator's, for a decorated one)."""
-    return [min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())]) for node in tree.body]
+    return [first_line(node) for node in tree.body]
 
 
 def _positions_by_statement(module: cst.Module, wanted: set[int], text: SourceText,

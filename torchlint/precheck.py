@@ -126,11 +126,14 @@ def device_argument(call: ast.Call) -> ast.AST | None:
     return found.value if found is not None else call.args[0] if call.args else None
 
 
+def first_line(node: ast.AST) -> int:
+    """The line a statement starts on, its decorators included (LibCST counts them as its children)."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+
+
 def _span(node: ast.AST) -> tuple[int, int]:
-    """The lines a node covers, its decorators included (LibCST counts them as its children)."""
-    decorators = getattr(node, "decorator_list", None)
-    start = min([node.lineno] + [d.lineno for d in decorators or ()])
-    return start, node.end_lineno
+    """The lines a node covers, its decorators included."""
+    return first_line(node), node.end_lineno
 
 
 class SyntaxIndex:
