@@ -86,9 +86,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import amp_migration, amp_replacement, as_keyword, dotted_name, insert_arg, keyword, \
-    positional_args
+from torchlint.analysis.syntax import dotted_name, positional_args
+from torchlint.fixes import as_keyword, import_reference, insert_arg, keyword_argument
 from torchlint.rule import Rule
+from torchlint.rules._amp import amp_migration, amp_replacement
 
 # Where a bare reference to an old spelling is about to be called later (`partial(autocast, ...)`,
 # `ctx = autocast if amp else nullcontext`); other places (annotations, isinstance, lists compared
@@ -104,7 +105,6 @@ class AmpOldNamespace(Rule):
     summary = "`torch.cuda.amp.*`/`torch.cpu.amp.*` instead of `torch.amp.*` with the device type first"
     fix_applicability = "safe"
     triggers = ("cuda.amp", "cpu.amp", "import amp")
-    scope = "file"  # call sites use names imported at the top (`autocast()`), and rebinding anywhere matters
     torch_versions = ">=1.10"
 
     def __init__(self, ctx):
@@ -112,11 +112,11 @@ class AmpOldNamespace(Rule):
         self.guarded_imports: set[str] = set()  # local names imported inside `try: ... except ImportError`
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not isinstance(node.names, cst.ImportStar) and self.ctx.in_import_guard():
+        if not isinstance(node.names, cst.ImportStar) and self.ctx.compat.in_import_guard():
             self.guarded_imports |= {dotted_name(a.asname.name if a.asname else a.name) for a in node.names}
 
     def visit_Import(self, node: cst.Import) -> None:
-        if self.ctx.in_import_guard():
+        if self.ctx.compat.in_import_guard():
             self.guarded_imports |= {dotted_name(a.asname.name if a.asname else a.name).split(".")[0]
                                      for a in node.names}
 
@@ -153,7 +153,7 @@ class AmpOldNamespace(Rule):
         self._reference(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.ctx.imports.aliases:
+        if node.value in self.ctx.bindings.imports.aliases:
             self._reference(node)
 
     def _reference(self, node: cst.BaseExpression) -> None:
@@ -175,7 +175,7 @@ class AmpOldNamespace(Rule):
     # helpers -------------------------------------------------------------------------------------
     def _migration(self, expr: cst.BaseExpression) -> tuple[dict | None, str | None]:
         row = amp_migration(self.ctx.qualified_name(expr))
-        if row is None or self.ctx.in_compatibility_fallback():
+        if row is None or self.ctx.compat.in_fallback():
             return None, None
         new = amp_replacement(row, self.ctx.target_torch)
         return (row, new) if new is not None else (None, None)
@@ -187,17 +187,17 @@ class AmpOldNamespace(Rule):
         """How to write ``new`` where ``expr`` was written, the edits that make that name exist,
         and how safe the change is; None when it cannot be done safely."""
         head = dotted_name(expr).split(".")[0]
-        counts = self.ctx.binding_counts
-        if counts.get(head, 0) > 1:
+        bindings = self.ctx.bindings
+        if bindings.count(head) > 1:
             return None  # the name is bound to something else somewhere: which one runs is unknown
         applicability = "unsafe" if head in self.guarded_imports else "safe"
-        if self.ctx.imports.aliases.get(head) == "torch":  # written through the torch module itself
+        if bindings.imports.aliases.get(head) == "torch":  # written through the torch module itself
             return head + new[len("torch"):], [], applicability
-        reference = self.ctx.import_reference("torch")
+        reference = import_reference(self.ctx, "torch")
         if reference is not None:
             local, edit = reference
             return local + new[len("torch"):], [edit] if edit else [], applicability
-        if counts.get("torch", 0) == 0:
+        if bindings.count("torch") == 0:
             statement = self._import_statement(head)
             if statement is not None:  # `from torch.cuda.amp import autocast` with no `import torch`
                 return new, [self.insert_lines_before(statement, "import torch\n")], applicability
@@ -232,6 +232,6 @@ class AmpOldNamespace(Rule):
             call = call.with_changes(args=[as_keyword(a, names[id(a)]) if id(a) in names else a for a in call.args])
             call = insert_arg(call, 0, cst.Arg(device))
         else:
-            call = insert_arg(call, len(positional), keyword(row["device_as"], device))
+            call = insert_arg(call, len(positional), keyword_argument(row["device_as"], device))
         edits.append(self.replace(node, call))
         return self.fix(f"Use `{new}`", *edits, applicability=applicability)

@@ -82,11 +82,12 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import amp_constructor, argument, data_table, dotted_name, keyword_arg, positional_args, \
-    root_names, string_value
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import NodeEdit, Rule
-from torchlint.walk import visit
+from torchlint.analysis.syntax import (dotted_name, find_argument, find_keyword, positional_args, root_names,
+                                       string_value)
+from torchlint.analysis.walk import visit
+from torchlint.fixes import NodeEdit, block_indentation, imported_name, unused_name
+from torchlint.rule import Rule, SyntaxIndex, data_table
+from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
 APEX = data_table("amp_migrations.yaml")["apex"]
 ALLOWED_OPTIONS = {"opt_level", "verbosity", "loss_scale"}
@@ -124,7 +125,6 @@ class ApexAmp(Rule):
         modules = [node.module or "" for node in index.nodes(ast.ImportFrom) if node.level == 0]
         modules += [alias.name for node in index.nodes(ast.Import) for alias in node.names]
         return any(module.split(".")[0] == "apex" for module in modules)
-    scope = "file"  # amp.initialize and the training loop are usually in different places
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -137,7 +137,7 @@ class ApexAmp(Rule):
         self.import_guarded = False
         self.scaler = None
         self.torch = None
-        self.target_ok = ctx.target_torch >= (1, 10)
+        self.target_ok = ctx.torch_at_least("1.10")
 
     # the import ---------------------------------------------------------------------------------
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -148,7 +148,7 @@ class ApexAmp(Rule):
             whole = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
                 and len(node.names) == 1 and node.names[0].asname is None
             self.import_statement = statement if whole and self.ctx.ancestors[-3] is self.ctx.module else None
-            self.import_guarded = self.ctx.in_import_guard()
+            self.import_guarded = self.ctx.compat.in_import_guard()
 
     def visit_Import(self, node: cst.Import) -> None:
         if any((dotted_name(a.name) or "").startswith("apex") for a in node.names):
@@ -180,16 +180,15 @@ class ApexAmp(Rule):
     def _names(self) -> tuple[str, str] | None:
         """(torch's local name, the scaler's name), once per file."""
         if self.scaler is None:
-            reference = self.ctx.import_reference("torch")
-            self.torch = reference[0] if reference is not None and reference[1] is None else ""
-            self.scaler = self.ctx.unused_name("scaler", "grad_scaler", "amp_scaler") or ""
+            self.torch = imported_name(self.ctx, "torch") or ""
+            self.scaler = unused_name(self.ctx, "scaler", "grad_scaler", "amp_scaler") or ""
         return (self.torch, self.scaler) if self.torch and self.scaler else None
 
     def _initialize(self, node: cst.Call) -> _Initialize:
-        level = keyword_arg(node, "opt_level")
+        level = find_keyword(node, "opt_level")
         opt_level = string_value(level.value) if level is not None else None
         found = _Initialize(node, self.ctx.enclosing_function(), opt_level, None)
-        scale = keyword_arg(node, "loss_scale")
+        scale = find_keyword(node, "loss_scale")
         if any(a.star for a in node.args) or any(a.keyword is not None and a.keyword.value not in ALLOWED_OPTIONS
                                                  for a in node.args):
             found.problems.append("it passes options that autocast and GradScaler do not have")
@@ -212,7 +211,7 @@ class ApexAmp(Rule):
         create = f"{scaler} = {amp_constructor('torch.cuda.amp.GradScaler', self.ctx.target_torch, torch)}"
         if targets != values:
             block = self.ctx.ancestors[-4]
-            indent = self.ctx.block_indentation(block) if isinstance(block, cst.IndentedBlock) else ""
+            indent = block_indentation(self.ctx, block) if isinstance(block, cst.IndentedBlock) else ""
             create = f"{', '.join(targets)} = {', '.join(values)}\n{indent}{create}"
         found.edit = self.replace(statement, create)
         return found
@@ -220,7 +219,7 @@ class ApexAmp(Rule):
     def _scale_loss(self, node: cst.Call) -> _Site:
         site = _Site(self.ctx.enclosing_function(), None)
         names = self._names()
-        loss, optimizer = argument(node, "loss", 0), argument(node, "optimizers", 1)
+        loss, optimizer = find_argument(node, "loss", 0), find_argument(node, "optimizers", 1)
         with_item, with_statement = self.ctx.parent, self.ctx.ancestors[-3] if len(self.ctx.ancestors) > 2 else None
         if names is None or not self.target_ok or loss is None or optimizer is None or len(node.args) != 2 \
                 or not isinstance(with_item, cst.WithItem) or not isinstance(with_statement, cst.With) \
@@ -240,7 +239,7 @@ class ApexAmp(Rule):
             return site
         torch, scaler = names
         autocast = amp_constructor("torch.cuda.amp.autocast", self.ctx.target_torch, torch, f"dtype={torch}.float16")
-        step = self.ctx.mixed_precision_step(block, index, root_names(loss.value), scaler, autocast,
+        step = mixed_precision_step(self.ctx, block, index, root_names(loss.value), scaler, autocast,
                                              optimizer=self.ctx.code_for(optimizer.value))
         if step is None:
             return site

@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchlint.matching import argument, dotted_name, names_in, has_star_args, is_literal, replace_arg_value, \
-    set_keyword, string_value
-from torchlint.precheck import SyntaxIndex, callee, is_literal as literal, keyword
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_is_literal, dotted_name, find_argument,
+                                       has_star_args, is_literal, names_in, string_value)
+from torchlint.fixes import replace_arg_value, set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 # layer -> (dimension, positional index of `bias`)
 BIASED_LAYERS = {
@@ -68,18 +68,14 @@ READS_BIAS = re.compile(r"\.bias\b")  # e.g. nn.init.zeros_(m.bias): fails once 
 ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
 
 
-def _last_parts(names) -> set[str]:
-    return {name.rsplit(".", 1)[-1] for name in names}
-
-
 def _may_keep_bias(call: ast.Call, position: int) -> bool:
     """The precheck's _has_bias: no ``bias=False`` (by keyword, or at its place) in the call."""
-    bias = keyword(call, "bias")
+    bias = ast_find_keyword(call, "bias")
     if bias is not None:
-        return not literal(bias.value, False)
+        return not ast_is_literal(bias.value, False)
     if any(isinstance(arg, ast.Starred) for arg in call.args[:position + 1]):
         return True  # `*args` may hold it
-    return not (len(call.args) > position and literal(call.args[position], False))
+    return not (len(call.args) > position and ast_is_literal(call.args[position], False))
 
 
 @dataclass
@@ -112,12 +108,12 @@ class BiasBeforeNorm(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a layer that keeps its bias, right before a norm in an nn.Sequential, or both assigned
         # to attributes (`self.conv = ...`, `self.bn = ...`) for forward to chain
-        norms = {id(call) for call in index.calls(*_last_parts(NORMS))}
+        norms = {id(call) for call in index.calls_of(NORMS)}
         if not norms:
             return False
         biased = {id(call) for name, (_, position) in BIASED_LAYERS.items()
-                  for call in index.calls(_last_parts([name]).pop()) if _may_keep_bias(call, position)}
-        for sequential in index.calls(*_last_parts(SEQUENTIAL)):
+                  for call in index.calls_of([name]) if _may_keep_bias(call, position)}
+        for sequential in index.calls_of(SEQUENTIAL):
             modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
             if len(modules) == 1 and index.is_call(modules[0], "OrderedDict"):  # nn.Sequential(OrderedDict([...]))
                 pairs = modules[0].args[0] if len(modules[0].args) == 1 else None
@@ -134,11 +130,11 @@ class BiasBeforeNorm(Rule):
                     layers[kind].add(node.targets[0].attr)
         outputs = {node.targets[0].id for node in index.nodes(ast.Assign) if len(node.targets) == 1
                    and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
-                   and callee(node.value) in layers["biased"]}  # x = self.conv(x)
+                   and ast_callee(node.value) in layers["biased"]}  # x = self.conv(x)
         for call in index.calls(*layers["norm"]):
             if isinstance(call.func, ast.Attribute) and len(call.args) == 1 and (
                     isinstance(call.args[0], ast.Name) and call.args[0].id in outputs
-                    or isinstance(call.args[0], ast.Call) and callee(call.args[0]) in layers["biased"]):
+                    or isinstance(call.args[0], ast.Call) and ast_callee(call.args[0]) in layers["biased"]):
                 return True
         return False
 
@@ -160,7 +156,7 @@ class BiasBeforeNorm(Rule):
 
     def _has_bias(self, layer: cst.Call) -> bool:
         index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
-        bias = argument(layer, "bias", index)
+        bias = find_argument(layer, "bias", index)
         return bias is None or not is_literal(bias.value, False)
 
     def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression) -> None:
@@ -258,7 +254,7 @@ class BiasBeforeNorm(Rule):
         if has_star_args(layer):
             return None
         index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
-        bias = argument(layer, "bias", index)
+        bias = find_argument(layer, "bias", index)
         new = replace_arg_value(layer, bias, cst.Name("False")) if bias is not None else \
             set_keyword(layer, "bias", cst.Name("False"))
         return self.fix("Set `bias=False`", self.replace(layer, new))

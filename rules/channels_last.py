@@ -52,38 +52,23 @@ mention `channels_last` anywhere are left alone.
 
 from __future__ import annotations
 
-import libcst as cst
+from torchlint.analysis.devices import uses_reduced_precision
+from torchlint.rule import Severity
+from torchlint.rules._script import WholeScriptRule
 
-from torchlint.diagnostics import Severity
-from torchlint.matching import may_train_on_cuda, uses_reduced_precision
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
 
-class ChannelsLast(Rule):
+class ChannelsLast(WholeScriptRule):
     code = "TL403"
     name = "channels-last"
     kind = "performance"
     summary = "Mixed-precision CNN training in NCHW instead of `memory_format=torch.channels_last`"
     severity = Severity.INFORMATION
     triggers = ("Conv2d", "torchvision")
-    scope = "file"  # reads the whole module: its training loops, wherever they are
+    already_decided = ("channels_last",)
+    message = ("this mixed-precision CNN trains in the NCHW layout; convert the model once with "
+               "`model = model.to(memory_format=torch.channels_last)` and each 4-D input batch with "
+               "`x = x.to(device, memory_format=torch.channels_last)` (use `.reshape()` instead of "
+               "`.view()` on convolution outputs)")
 
-    @classmethod
-    def applies(cls, text: str) -> bool:
-        return super().applies(text) and may_train_on_cuda(text)
-
-    @classmethod
-    def precheck(cls, index: SyntaxIndex) -> bool:
-        return index.training_script()  # see RuleContext.cuda_training_script
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        source = self.ctx.source
-        loop = self.ctx.cuda_training_script()
-        if loop is None or "channels_last" in source or not uses_reduced_precision(source) \
-                or 2 not in self.ctx.convolution_dimensions:
-            return
-        self.report(loop,
-                    "this mixed-precision CNN trains in the NCHW layout; convert the model once with "
-                    "`model = model.to(memory_format=torch.channels_last)` and each 4-D input batch with "
-                    "`x = x.to(device, memory_format=torch.channels_last)` (use `.reshape()` instead of "
-                    "`.view()` on convolution outputs)")
+    def wanted(self) -> bool:
+        return uses_reduced_precision(self.ctx.source) and 2 in self.ctx.modules.convolution_dimensions

@@ -57,10 +57,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.diagnostics import Severity
-from torchlint.matching import CLIP_GRAD_FUNCTIONS, dotted_name, method_call
-from torchlint.precheck import SyntaxIndex, callee
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import ast_callee, dotted_name, method_call
+from torchlint.fixes import block_indentation
+from torchlint.rule import Rule, Severity, SyntaxIndex
+from torchlint.rules._amp import CLIP_GRAD_FUNCTIONS
 
 
 @dataclass
@@ -95,7 +95,7 @@ class ClipWithoutUnscale(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a scaled backward: `scaler.scale(loss).backward()`
         return any(isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call)
-                   and callee(call.func.value) == "scale" for call in index.calls("backward"))
+                   and ast_callee(call.func.value) == "scale" for call in index.calls("backward"))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -161,7 +161,7 @@ class ClipWithoutUnscale(Rule):
                 return
             statement = position[0]
             block = self.ctx.ancestors[self._index(statement) - 1]
-            indent = self.ctx.block_indentation(block) if isinstance(block, cst.IndentedBlock) else ""
+            indent = block_indentation(self.ctx, block) if isinstance(block, cst.IndentedBlock) else ""
             for scaler in sorted(scope.pending):
                 scope.clips.append(_Clip(node, scaler, statement, indent))
 

@@ -55,42 +55,24 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
+from torchlint.rules._script import WholeScriptRule
 
-from torchlint.matching import may_train_on_cuda
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
-
-ALREADY_DECIDED = ("cudnn.benchmark", "cudnn.deterministic", "use_deterministic_algorithms")
 VARIABLE_SHAPES = re.compile(r"pad_sequence|pack_padded_sequence|PackedSequence|collate_fn|multi_?scale|"
                              r"random_?size|RandomResize\b|varlen", re.IGNORECASE)
 
 
-class CudnnBenchmark(Rule):
+class CudnnBenchmark(WholeScriptRule):
     code = "TL402"
     name = "cudnn-benchmark"
     kind = "performance"
     summary = "Convolutional CUDA training without `torch.backends.cudnn.benchmark = True`"
     fix_applicability = "unsafe"
     triggers = ("Conv", "torchvision")
-    scope = "file"  # reads the whole module: its training loops, wherever they are
+    already_decided = ("cudnn.benchmark", "cudnn.deterministic", "use_deterministic_algorithms")
+    setting = "{torch}.backends.cudnn.benchmark = True"
+    fix_title = "Enable the cuDNN auto-tuner"
+    message = ("this convolutional network trains with cuDNN's default algorithm choice; add "
+               "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape")
 
-    @classmethod
-    def applies(cls, text: str) -> bool:
-        return super().applies(text) and may_train_on_cuda(text)
-
-    @classmethod
-    def precheck(cls, index: SyntaxIndex) -> bool:
-        return index.training_script()  # see RuleContext.cuda_training_script
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        source = self.ctx.source
-        loop = self.ctx.cuda_training_script()
-        if loop is None or any(text in source for text in ALREADY_DECIDED) or VARIABLE_SHAPES.search(source) \
-                or not self.ctx.convolution_dimensions:
-            return
-        edit = self.ctx.module_setting("{torch}.backends.cudnn.benchmark = True")
-        self.report(loop,
-                    "this convolutional network trains with cuDNN's default algorithm choice; add "
-                    "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape",
-                    self.fix("Enable the cuDNN auto-tuner", edit) if edit else None)
+    def wanted(self) -> bool:
+        return not VARIABLE_SHAPES.search(self.ctx.source) and bool(self.ctx.modules.convolution_dimensions)

@@ -53,9 +53,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import argument, has_star_args, keyword_arg
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import find_argument, find_keyword, has_star_args
+from torchlint.rule import Rule, SyntaxIndex
 
 DATA_PARALLEL = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -100,7 +99,7 @@ class DataParallel(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(index.calls("DataParallel"))
+        return bool(index.calls_of(DATA_PARALLEL))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) not in DATA_PARALLEL:
@@ -110,8 +109,8 @@ class DataParallel(Rule):
                     self._fix(node))
 
     def _fix(self, node: cst.Call):
-        module_arg = argument(node, "module", 0)
-        if module_arg is None or has_star_args(node) or keyword_arg(node, "dim") is not None:
+        module_arg = find_argument(node, "module", 0)
+        if module_arg is None or has_star_args(node) or find_keyword(node, "dim") is not None:
             return None
         extra = [a for a in node.args if a is not module_arg]
         if any(a.keyword is None or a.keyword.value not in DROPPED_KEYWORDS for a in extra):

@@ -66,12 +66,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, dataloader_argument,
-                                dotted_name, has_star_args, is_dataloader_call, is_literal, is_main_guard, names_in,
-                                parse_expression, replace_arg_value, set_keyword)
-from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, is_literal as literal
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.data import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, ast_dataloader_argument,
+                                    ast_dataloader_calls, dataloader_argument, is_dataloader_call)
+from torchlint.analysis.syntax import (ast_is_literal, dotted_name, has_star_args, is_literal, is_main_guard, names_in,
+                                       returns_of)
+from torchlint.analysis.walk import visit
+from torchlint.fixes import parse_expression, replace_arg_value, set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 WORKERS = "min(8, {os}.cpu_count() or 1)"
 IN_MEMORY_BUILDERS = frozenset({"list", "tuple", "range", "zip"})
@@ -89,11 +90,11 @@ class DataloaderNumWorkers(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(dataloader_workers(call) is None or literal(dataloader_workers(call), 0)
-                   for call in dataloader_calls(index))
+        return any(ast_dataloader_argument(call, "num_workers") is None
+                   or ast_is_literal(ast_dataloader_argument(call, "num_workers"), 0) for call in ast_dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node):
+        if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node):
             return
         workers = dataloader_argument(node, "num_workers")
         if workers is not None and not is_literal(workers.value, 0):
@@ -109,7 +110,7 @@ class DataloaderNumWorkers(Rule):
         """An in-memory dataset, or an iterable dataset of this file that every worker would
         replay in full (when the dataset's origin is unknown and the file has such a class, the
         rule stays silent too)."""
-        value = self.ctx.binding_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
+        value = self.ctx.bindings.value_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
         if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
             return True
         if isinstance(value, cst.Call):
@@ -123,10 +124,10 @@ class DataloaderNumWorkers(Rule):
         if self.ctx.qualified_name(call.func) in IN_MEMORY_DATASETS or name in IN_MEMORY_BUILDERS \
                 or name in self._indexing_classes():
             return True
-        functions = self.ctx.defined(name, cst.FunctionDef)
+        functions = self.ctx.bindings.defined(name, cst.FunctionDef)
         if len(functions) != 1 or depth == 0:
             return False
-        returned = [r.value for r in _returns(functions[0])]
+        returned = [r.value for r in returns_of(functions[0])]
         return bool(returned) and all(isinstance(v, cst.Call) and self._in_memory(v, depth - 1) for v in returned)
 
     def _indexing_classes(self) -> set[str]:
@@ -134,7 +135,7 @@ class DataloaderNumWorkers(Rule):
         the dataset already holds in memory (``return self.data[index]``)."""
         if not hasattr(self, "_indexing"):
             self._indexing = set()
-            for nodes in self.ctx.definitions.values():
+            for nodes in self.ctx.bindings.definitions.values():
                 for node in (n for n in nodes if isinstance(n, cst.ClassDef)):
                     for item in node.body.body:
                         if isinstance(item, cst.FunctionDef) and item.name.value == "__getitem__" \
@@ -145,7 +146,7 @@ class DataloaderNumWorkers(Rule):
     def _unsharded_iterable_classes(self) -> set[str]:
         """Classes of this file deriving from IterableDataset that never call get_worker_info()."""
         if not hasattr(self, "_unsharded"):
-            classes = [n for nodes in self.ctx.definitions.values() for n in nodes if isinstance(n, cst.ClassDef)]
+            classes = [n for nodes in self.ctx.bindings.definitions.values() for n in nodes if isinstance(n, cst.ClassDef)]
             iterable: dict[str, cst.ClassDef] = {}
             changed = True
             while changed:
@@ -163,14 +164,13 @@ class DataloaderNumWorkers(Rule):
     def _fix(self, node: cst.Call, workers: cst.Arg | None):
         if not self._safe_to_reimport() or self.ctx.path.endswith(".ipynb"):
             return None
-        reference = self.ctx.import_reference("os")
-        if reference is None:
+        fix = self.fix_builder("Load batches in worker processes (`num_workers=min(8, os.cpu_count() or 1)`)")
+        os_name = fix.ensure_import("os")
+        if os_name is None:
             return None
-        os_name, import_edit = reference
         value = parse_expression(WORKERS.format(os=os_name))
         new = replace_arg_value(node, workers, value) if workers is not None else set_keyword(node, "num_workers", value)
-        edits = [self.replace(node, new)] + ([import_edit] if import_edit else [])
-        return self.fix("Load batches in worker processes (`num_workers=min(8, os.cpu_count() or 1)`)", *edits)
+        return fix.replace(node, new).build()
 
     def _safe_to_reimport(self) -> bool:
         """Would a worker started by spawn/forkserver, which re-imports the main script, run
@@ -226,15 +226,3 @@ def _calls_any(node: cst.CSTNode, names: set[str] | None) -> bool:
     return finder.found
 
 
-def _returns(function: cst.FunctionDef) -> list[cst.Return]:
-    found: list[cst.Return] = []
-
-    class Returns(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function  # not the returns of nested functions
-
-    visit(function, Returns())
-    return found

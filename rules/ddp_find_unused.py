@@ -53,11 +53,12 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, argument, dotted_name, is_literal, keyword_arg,
-                                lightning_names, remove_arg)
-from torchlint.precheck import SyntaxIndex, is_literal as literal
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL
+from torchlint.analysis.frameworks import lightning_names
+from torchlint.analysis.syntax import ast_is_literal, dotted_name, find_argument, find_keyword, is_literal
+from torchlint.analysis.walk import visit
+from torchlint.fixes import remove_arg
+from torchlint.rule import Rule, SyntaxIndex
 
 DDP_STRATEGY_PATHS = ("strategies.DDPStrategy", "strategies.ddp.DDPStrategy")
 
@@ -72,17 +73,17 @@ class DdpFindUnused(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(k.arg == "find_unused_parameters" and literal(k.value, True)
+        return any(k.arg == "find_unused_parameters" and ast_is_literal(k.value, True)
                    for call in index.nodes(ast.Call) for k in call.keywords)
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
         if qualified not in DISTRIBUTED_DATA_PARALLEL and not lightning_names(qualified, *DDP_STRATEGY_PATHS):
             return
-        flag = keyword_arg(node, "find_unused_parameters")
+        flag = find_keyword(node, "find_unused_parameters")
         if flag is None or not is_literal(flag.value, True):
             return
-        module = argument(node, "module", 0)
+        module = find_argument(node, "module", 0)
         if module is not None and self._may_skip_parameters(module.value):
             return
         self.report(flag, "`find_unused_parameters=True` makes DDP traverse the autograd graph every iteration; "
@@ -94,7 +95,7 @@ class DdpFindUnused(Rule):
         (``if``, a conditional expression) or never touches one of the submodules that
         ``__init__`` assigns? Then some parameters may get no gradient and the flag is needed."""
         for name in self._model_classes(module):
-            for cls in self.ctx.defined(name, cst.ClassDef):
+            for cls in self.ctx.bindings.defined(name, cst.ClassDef):
                 methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
                 forward = methods.get("forward")
                 if forward is None:

@@ -72,12 +72,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, ITERABLE_DATASETS, ITERATION_WRAPPERS,
-                                contains, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
-                                is_literal, iterated_value, keyword_arg)
-from torchlint.precheck import SyntaxIndex, has_star_args as has_star, keyword
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, ITERABLE_DATASETS,
+                                    dataloader_argument, is_dataloader_call)
+from torchlint.analysis.loops import ITERATION_WRAPPERS, iterated_value
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, contains, dotted_name, find_keyword,
+                                       has_star_args, is_literal)
+from torchlint.analysis.walk import visit
+from torchlint.fixes import block_indentation
+from torchlint.rule import Rule, SyntaxIndex
 
 
 class DdpSampler(Rule):
@@ -92,14 +94,14 @@ class DdpSampler(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a loader in a file that wraps a model in DDP, or a loader given a DistributedSampler
         loaders = index.calls("DataLoader")
-        if index.calls("DistributedDataParallel") and any(not has_star(call) for call in loaders):
+        if index.calls("DistributedDataParallel") and any(not ast_has_star_args(call) for call in loaders):
             return True
         return bool(index.calls("DistributedSampler")) and any(
-            keyword(call, "sampler") is not None or len(call.args) > 3 for call in loaders)
+            ast_find_keyword(call, "sampler") is not None or len(call.args) > 3 for call in loaders)
 
     # --- a DDP script whose training loader has no sampler ---------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        if is_dataloader_call(node, self.ctx.imports):
+        if is_dataloader_call(node, self.ctx.bindings):
             self._check_sampler(node)
         else:
             self._check_passed_loader(node)
@@ -111,7 +113,8 @@ class DdpSampler(Rule):
         dataset = dataloader_argument(node, "dataset")
         if dataset is None or self._iterable_dataset(dataset.value):
             return
-        if not any(self.ctx.backpropagated_names(loop) is not None for loop in self.ctx.iterating_loops()):
+        if not any(self.ctx.loops.backpropagated_names(loop) is not None
+                   for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name())):
             return
         data = self.ctx.code_for(dataset.value)
         shuffle = dataloader_argument(node, "shuffle")
@@ -123,13 +126,13 @@ class DdpSampler(Rule):
 
     def _wraps_in_ddp(self) -> bool:
         if not hasattr(self, "_ddp"):
-            imports = self.ctx.imports
+            bindings = self.ctx.bindings
 
             class Wraps(cst.CSTVisitor):
                 found = False
 
                 def visit_Call(self, call: cst.Call) -> None:
-                    if imports.qualified_name(call.func) in DISTRIBUTED_DATA_PARALLEL:
+                    if bindings.qualified_name(call.func) in DISTRIBUTED_DATA_PARALLEL:
                         self.found = True
 
             finder = Wraps()
@@ -141,15 +144,15 @@ class DdpSampler(Rule):
     def _iterable_dataset(self, dataset: cst.BaseExpression) -> bool:
         """A dataset built from a class of this file that derives from IterableDataset: it must be
         sharded by rank in its own code, not by a sampler."""
-        value = self.ctx.binding_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
+        value = self.ctx.bindings.value_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
         if not isinstance(value, cst.Call):
             return False
         return any(self.ctx.qualified_name(base.value) in ITERABLE_DATASETS
-                   for cls in self.ctx.defined(dotted_name(value.func), cst.ClassDef) for base in cls.bases)
+                   for cls in self.ctx.bindings.defined(dotted_name(value.func), cst.ClassDef) for base in cls.bases)
 
     # --- an epoch loop without set_epoch ----------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        iterated = iterated_value(node, self.ctx.imports)
+        iterated = iterated_value(node, self.ctx.bindings)
         loader = dotted_name(iterated)
         if loader is not None:
             self._check_epoch_loop(iterated, loader, passed=False)
@@ -157,7 +160,7 @@ class DdpSampler(Rule):
     def _check_passed_loader(self, node: cst.Call) -> None:
         """``for epoch in ...: train_one_epoch(model, loader, ...)`` with a function of this file."""
         callee = dotted_name(node.func)
-        if callee is None or callee in ITERATION_WRAPPERS or not self.ctx.defined(callee, cst.FunctionDef) \
+        if callee is None or callee in ITERATION_WRAPPERS or not self.ctx.bindings.defined(callee, cst.FunctionDef) \
                 or "set_epoch" in self.ctx.source:
             return
         for arg in node.args:
@@ -170,7 +173,7 @@ class DdpSampler(Rule):
         if sampler is None:
             return
         target, conditional, created = sampler
-        loops = self.ctx.enclosing_loops()
+        loops = self.ctx.loops.enclosing_loops()
         if not loops:
             return
         epoch_loop = loops[0]
@@ -189,8 +192,8 @@ class DdpSampler(Rule):
     def _distributed_sampler(self, loader: str) -> tuple[str, bool, list[cst.CSTNode]] | None:
         """For a loader built with a shuffling DistributedSampler: what to call ``set_epoch`` on,
         whether the sampler may be None, and the calls that build the loader and the sampler."""
-        call = self.ctx.binding_of(loader)
-        if not is_dataloader_call(call, self.ctx.imports):
+        call = self.ctx.bindings.value_of(loader)
+        if not is_dataloader_call(call, self.ctx.bindings):
             return None
         sampler_arg = dataloader_argument(call, "sampler")
         if sampler_arg is None:
@@ -199,7 +202,7 @@ class DdpSampler(Rule):
         if self._is_distributed_sampler(value):
             return f"{loader}.sampler", False, [call]
         name = dotted_name(value)
-        bound = self.ctx.binding_of(name)
+        bound = self.ctx.bindings.value_of(name)
         if self._is_distributed_sampler(bound):
             return name, False, [call, bound]
         if isinstance(bound, cst.IfExp):
@@ -211,7 +214,7 @@ class DdpSampler(Rule):
     def _is_distributed_sampler(self, expr: cst.BaseExpression | None) -> bool:
         if not isinstance(expr, cst.Call) or self.ctx.qualified_name(expr.func) not in DISTRIBUTED_SAMPLERS:
             return False
-        shuffle = keyword_arg(expr, "shuffle")
+        shuffle = find_keyword(expr, "shuffle")
         return shuffle is None or not is_literal(shuffle.value, False)
 
     def _calls_set_epoch(self, loop: cst.CSTNode) -> bool:
@@ -220,11 +223,11 @@ class DdpSampler(Rule):
         if ".set_epoch(" in code:
             return True
         return any(f"{name}(" in code and any(".set_epoch(" in self.ctx.code_for(function)
-                                              for function in self.ctx.defined(name, cst.FunctionDef))
-                   for name in self.ctx.definitions)
+                                              for function in self.ctx.bindings.defined(name, cst.FunctionDef))
+                   for name in self.ctx.bindings.definitions)
 
     def _insert_set_epoch(self, loop: cst.For, target: str, epoch: str, conditional: bool):
-        indent = self.ctx.block_indentation(loop.body)
+        indent = block_indentation(self.ctx, loop.body)
         step = self.ctx.module.default_indent if loop.body.indent is None else loop.body.indent
         call = f"{target}.set_epoch({epoch})"
         text = f"{indent}if {target} is not None:\n{indent}{step}{call}\n" if conditional else f"{indent}{call}\n"

@@ -65,9 +65,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import argument, dotted_name, is_literal, is_main_guard, keyword_arg, positional_args
-from torchlint.precheck import SyntaxIndex, has_star_args as has_star, is_literal as literal, keyword
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, ast_is_literal, dotted_name,
+                                       find_argument, find_keyword, is_literal, is_main_guard, positional_args)
+from torchlint.fixes import removal_edit, statement_edit
+from torchlint.rule import Rule, SyntaxIndex
 
 ANOMALY_SWITCH = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})
 ANOMALY_CONTEXT = frozenset({"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"})
@@ -96,9 +97,9 @@ class DebugApisLeftOn(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `set_detect_anomaly(True)`, or a `with` over one of these APIs
         for call in index.calls("set_detect_anomaly"):
-            mode = keyword(call, "mode")
+            mode = ast_find_keyword(call, "mode")
             mode = mode.value if mode is not None else call.args[0] if call.args else None
-            if not has_star(call) and literal(mode, True):
+            if not ast_has_star_args(call) and ast_is_literal(mode, True):
                 return True
         names = {name.rsplit(".", 1)[1] for name in ANOMALY_SWITCH | ANOMALY_CONTEXT | PROFILERS}
         return any(index.is_call(item.context_expr, *names) for node in index.nodes(ast.With, ast.AsyncWith)
@@ -113,7 +114,7 @@ class DebugApisLeftOn(Rule):
         fix = None
         statement = self.ctx.ancestors[-3] if len(self.ctx.ancestors) > 2 else None
         if isinstance(self.ctx.parent, cst.Expr) and isinstance(statement, cst.SimpleStatementLine):
-            edit = self.ctx.removal_edit(statement)
+            edit = removal_edit(self.ctx, statement)
             fix = self.fix("Remove the call", edit) if edit else None
         self.report(node, "`set_detect_anomaly(True)` records a stack trace for every operation and checks every "
                           "gradient for NaN, slowing training a lot; remove it (or enable it behind a debug flag)",
@@ -126,7 +127,7 @@ class DebugApisLeftOn(Rule):
             if name is None or not self._switched_on(call, name) or not self._left_on():
                 continue
             if name in PROFILERS:
-                if keyword_arg(call, "schedule") is not None or not self._near_backward(node):
+                if find_keyword(call, "schedule") is not None or not self._near_backward(node):
                     continue
                 what = f"`{dotted_name(call.func)}(...)` records every operator of the training it wraps"
             elif name in ANOMALY_CONTEXT | ANOMALY_SWITCH:
@@ -151,9 +152,9 @@ class DebugApisLeftOn(Rule):
         if any(a.star for a in call.args):
             return False
         if name in ANOMALY_SWITCH:
-            mode = argument(call, "mode", 0)
+            mode = find_argument(call, "mode", 0)
             return mode is not None and is_literal(mode.value, True)
-        enabled = keyword_arg(call, "enabled")
+        enabled = find_keyword(call, "enabled")
         if enabled is None and name in PROFILERS and name != "torch.profiler.profile" and positional_args(call):
             enabled = positional_args(call)[0]  # the legacy profilers take `enabled` first
         return enabled is None or is_literal(enabled.value, True)
@@ -171,11 +172,11 @@ class DebugApisLeftOn(Rule):
                 return False
             if isinstance(parent, cst.IfExp):
                 return False
-        return not self.ctx.in_test_code()
+        return not self.ctx.programs.in_test_code()
 
     def _near_backward(self, scope: cst.CSTNode) -> bool:
         """Does the scope run a backward pass (a training loop, a Lightning fit)?"""
-        if self.ctx.backpropagated_names(scope) is not None or self.ctx.in_training_loop():
+        if self.ctx.loops.backpropagated_names(scope) is not None or self.ctx.loops.in_training_loop():
             return True
         code = self.ctx.code_for(scope)
         return ".fit(" in code or "training_step" in code
@@ -184,7 +185,7 @@ class DebugApisLeftOn(Rule):
         items = [i for i in node.items if i is not item]
         if items:
             items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            return self.ctx.statement_edit(node, [node.with_changes(items=items, leading_lines=[])])
+            return statement_edit(self.ctx, node, [node.with_changes(items=items, leading_lines=[])])
         body = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else None
         if body is None:
             return None
@@ -192,4 +193,4 @@ class DebugApisLeftOn(Rule):
         if header.comment is not None:  # `with detect_anomaly():  # why` keeps its comment above the body
             body[0] = body[0].with_changes(leading_lines=[
                 cst.EmptyLine(comment=header.comment), *body[0].leading_lines])
-        return self.ctx.statement_edit(node, body)
+        return statement_edit(self.ctx, node, body)

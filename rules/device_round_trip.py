@@ -52,9 +52,9 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import dotted_name, tensor_factory
-from torchlint.precheck import SyntaxIndex, device_argument, dotted
-from torchlint.rule import Rule
+from torchlint.analysis.devices import ast_device_argument, ast_may_move, ast_moves_to_cpu, tensor_factory
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.rule import Rule, SyntaxIndex
 
 # Methods that do the same on every device: a round trip around them is still a round trip.
 DEVICE_NEUTRAL = frozenset({
@@ -76,9 +76,9 @@ class DeviceRoundTrip(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a move back on a chain that holds a move to the CPU (`x.cpu().float().cuda()`)...
         for call in index.calls("cuda", "to"):
-            inner = call.func.value if index.may_move(call) else None
+            inner = call.func.value if ast_may_move(index, call) else None
             while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-                if index.moves_to_cpu(inner):
+                if ast_moves_to_cpu(index, inner):
                     return True
                 inner = inner.func.value
         # ... or `x = x.cpu()` and later `x = x.cuda()`
@@ -86,25 +86,25 @@ class DeviceRoundTrip(Rule):
         for node in index.nodes(ast.Assign):
             value = node.value
             if len(node.targets) == 1 and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-                name = dotted(node.targets[0])
-                if name is None or dotted(value.func.value) != name:
+                name = ast_dotted_name(node.targets[0])
+                if name is None or ast_dotted_name(value.func.value) != name:
                     continue  # not `x = x.<move>(...)`
-                if index.moves_to_cpu(value):
+                if ast_moves_to_cpu(index, value):
                     there.add(name)
-                if index.may_move(value) and not (
-                        isinstance(device_argument(value), ast.Constant) and index.moves_to_cpu(value)):
+                if ast_may_move(index, value) and not (
+                        isinstance(ast_device_argument(value), ast.Constant) and ast_moves_to_cpu(index, value)):
                     back.add(name)
         return bool(there & back)
 
     def visit_Call(self, node: cst.Call) -> None:
-        back = self.ctx.device_move(node)
+        back = self.ctx.devices.move(node)
         if back is None or back.method == "cpu" or back.to_cpu or isinstance(self.ctx.parent, cst.Expr):
             return  # a dropped result: a module moved in place (`model.cpu().cuda()`), not a tensor
         there = self._move_to_cpu_below(node.func.value)
         if there is None:
             return
         source = there.func.value
-        known = tensor_factory(source, self.ctx.imports) is not None or (
+        known = tensor_factory(source, self.ctx.bindings) is not None or (
             isinstance(source, cst.Call) and self.ctx.qualified_name(source.func) in CPU_SOURCES)
         self.report(node, f"`{self._method_text(there)}` then `{self._method_text(node)}` copies the tensor to the "
                           f"CPU and straight back (two transfers and a sync); drop `{self._method_text(there)}`",
@@ -119,7 +119,7 @@ class DeviceRoundTrip(Rule):
     def _move_to_cpu_below(self, expr: cst.BaseExpression) -> cst.Call | None:
         """The ``.cpu()``/``.to("cpu")`` call under a chain of device-neutral methods, if any."""
         while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            move = self.ctx.device_move(expr)
+            move = self.ctx.devices.move(expr)
             if move is not None:
                 return expr if move.to_cpu and move.understood and move.dtype is None else None
             if expr.func.attr.value not in DEVICE_NEUTRAL:
@@ -151,7 +151,7 @@ class DeviceRoundTrip(Rule):
         small = statement.body[0]
         if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.value, cst.Call):
             return None, None
-        move = self.ctx.device_move(small.value)
+        move = self.ctx.devices.move(small.value)
         target = dotted_name(small.targets[0].target)
         if move is None or target is None or dotted_name(small.value.func.value) != target:
             return None, None

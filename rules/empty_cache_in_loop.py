@@ -56,9 +56,10 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import LOADER_NAME, calls_model, dotted_name, is_periodic_test, iterated_name
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
+from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, is_periodic_test, iterated_name
+from torchlint.analysis.syntax import dotted_name
+from torchlint.fixes import removal_edit
+from torchlint.rule import Rule, SyntaxIndex
 
 EMPTY_CACHE = frozenset({
     "torch.cuda.empty_cache", "torch.cuda.memory.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache",
@@ -78,14 +79,14 @@ class EmptyCacheInLoop(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(index.loop_lines[call.lineno] for call in index.calls("empty_cache"))
+        return any(ast_loop_lines(index)[call.lineno] for call in index.calls("empty_cache"))
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
         if name not in EMPTY_CACHE:
             return
-        loops = self.ctx.enclosing_loops()
-        if not loops or self.ctx.in_test_code() or not self._every_iteration(loops[0]):
+        loops = self.ctx.loops.enclosing_loops()
+        if not loops or self.ctx.programs.in_test_code() or not self._every_iteration(loops[0]):
             return
         self.report(node, f"`{self.ctx.code_for(node)}` in a loop makes every iteration wait for the GPU and hands "
                           "back memory the next iteration allocates again; remove it", self._fix(node))
@@ -106,16 +107,16 @@ class EmptyCacheInLoop(Rule):
         if EPOCH.search(described):
             return False
         ancestors = {id(n) for n in self.ctx.ancestors}
-        if any(id(inner) not in ancestors and self._batch_loop(inner) for inner in self.ctx.nested_loops(loop)):
+        if any(id(inner) not in ancestors and self._batch_loop(inner) for inner in self.ctx.loops.nested_loops(loop)):
             return False  # beside (not inside) an inner loop over batches: once per pass of it
         if MEASURES_MEMORY.search(self.ctx.code_for(loop)):
             return False  # per-batch memory measurements: emptying the cache keeps them apart
         return self._batch_loop(loop)
 
     def _batch_loop(self, loop: cst.CSTNode) -> bool:
-        if self.ctx.backpropagated_names(loop) is not None or calls_model(loop.body):
+        if self.ctx.loops.backpropagated_names(loop) is not None or calls_model(loop.body):
             return True
-        loader = iterated_name(loop, self.ctx.imports) if isinstance(loop, cst.For) else None
+        loader = iterated_name(loop, self.ctx.bindings) if isinstance(loop, cst.For) else None
         return loader is not None and bool(LOADER_NAME.search(loader.rsplit(".", 1)[-1]))
 
     def _fix(self, node: cst.Call):
@@ -128,7 +129,7 @@ class EmptyCacheInLoop(Rule):
         if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1 \
                 and _side_effect_free(guard.test, self.ctx):
             statement = guard
-        edit = self.ctx.removal_edit(statement)
+        edit = removal_edit(self.ctx, statement)
         return self.fix("Remove the call", edit) if edit else None
 
 

@@ -62,11 +62,11 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import (EVAL_FUNCTION, MODEL_NAME, decorator_disables_grad, dotted_name, is_grad_switch_off,
-                                with_item_disables_grad)
-from torchlint.precheck import SyntaxIndex, dotted
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
+                                     with_item_disables_grad)
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.analysis.walk import visit
+from torchlint.rule import Rule, SyntaxIndex
 
 # Gradients are wanted somewhere in the function: saliency maps, adversarial examples, probes.
 WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torch\.func|functorch|\bvjp\b|jacrev|"
@@ -90,9 +90,6 @@ class EvalWithoutNoGrad(Rule):
     kind = "performance"
     summary = "A model evaluated in a loop with autograd on (no `torch.no_grad()`)"
     fix_applicability = "safe"
-    # `eval` and `validate` contain "val"; the no_grad spellings keep the definitions that call an
-    # evaluation function under no_grad in view
-    triggers = ("val", "test", "predict", "infer", "no_grad", "inference_mode", "set_grad_enabled")
 
     @classmethod
     def applies(cls, text: str) -> bool:
@@ -107,13 +104,14 @@ class EvalWithoutNoGrad(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a model called in a loop (see _model)
         receivers = eval_receivers(index.source)
+        loops = ast_loop_lines(index)
         for call in index.nodes(ast.Call):
-            if not index.loop_lines[call.lineno]:
+            if not loops[call.lineno]:
                 continue
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
-            name = dotted(func)
+            name = ast_dotted_name(func)
             if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
                 return True
         return False
@@ -129,8 +127,8 @@ class EvalWithoutNoGrad(Rule):
         model = self._model(node)
         if model is None:
             return
-        loop = self.ctx.evaluation_loop()
-        if loop is None or id(loop) in self._reported or self.ctx.grad_disabled() or self.ctx.in_test_code():
+        loop = self.ctx.loops.evaluation_loop()
+        if loop is None or id(loop) in self._reported or self.ctx.loops.grad_disabled() or self.ctx.programs.in_test_code():
             return
         function = self.ctx.enclosing_function()
         if self._wants_grad(loop) or function is not None and (
@@ -151,14 +149,14 @@ class EvalWithoutNoGrad(Rule):
         """A method known only by its name (no ``.eval()`` before the loop): frameworks call such
         methods under their own no_grad (Hugging Face pipelines run ``_forward`` in one)."""
         cls = self.ctx.enclosing_class()
-        return cls is not None and function in cls.body.body and not self.ctx.eval_mode_set()
+        return cls is not None and function in cls.body.body and not self.ctx.loops.eval_mode_set()
 
     def _wants_grad(self, loop: cst.CSTNode) -> bool:
         """Gradients are asked for in the loop or beside it in its block (a training loop there
         left out)."""
         index = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
         block = self.ctx.ancestors[index - 1]
-        beside = [s for s in block.body if s is loop or self.ctx.backpropagated_names(s) is None]
+        beside = [s for s in block.body if s is loop or self.ctx.loops.backpropagated_names(s) is None]
         return any(WANTS_GRAD.search(self.ctx.code_for(s)) for s in beside)
 
     def _model(self, node: cst.Call) -> str | None:
@@ -194,7 +192,7 @@ class EvalWithoutNoGrad(Rule):
         already under no_grad / inference_mode. Calls are counted in the raw text too, so a call
         in a definition the engine did not parse counts as one with grad on."""
         if self._calls_under_no_grad is None:
-            finder = _CallSites(self.ctx.imports)
+            finder = _CallSites(self.ctx.bindings)
             visit(self.ctx.module, finder)
             self._calls_under_no_grad = finder.disabled
         written = len(re.findall(rf"(?<![\w]){re.escape(function)}\s*\(", self.ctx.source)) \
@@ -202,15 +200,14 @@ class EvalWithoutNoGrad(Rule):
         return written > 0 and self._calls_under_no_grad.get(function, 0) == written
 
     def _fix(self, loop: cst.CSTNode):
-        reference = self.ctx.import_reference("torch")
-        if reference is None:
+        fix = self.fix_builder("Wrap the loop in `with torch.no_grad():`",
+                               applicability="safe" if self.ctx.loops.eval_mode_set() else "unsafe")
+        torch = fix.ensure_import("torch")
+        if torch is None:
             return None
-        torch, import_edit = reference
         wrapped = cst.With(items=[cst.WithItem(cst.parse_expression(f"{torch}.no_grad()"))],
                            body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]))
-        edits = [self.ctx.statement_edit(loop, [wrapped])] + ([import_edit] if import_edit else [])
-        return self.fix("Wrap the loop in `with torch.no_grad():`", *edits,
-                        applicability="safe" if self.ctx.eval_mode_set() else "unsafe")
+        return fix.replace_statement(loop, [wrapped]).build()
 
 
 class _Suspends(cst.CSTVisitor):
@@ -232,17 +229,16 @@ class _Suspends(cst.CSTVisitor):
 class _CallSites(cst.CSTVisitor):
     """For each function name: how many of its calls in the file are under no_grad."""
 
-    def __init__(self, imports) -> None:
-        self.imports = imports
+    def __init__(self, bindings) -> None:
+        self.bindings = bindings
         self.depth = 0  # enclosing no_grad contexts
         self.disabled: dict[str, int] = {}
 
     def _grad_off(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.With):
-            return any(with_item_disables_grad(item, self.imports) for item in node.items)
+            return any(with_item_disables_grad(item, self.bindings) for item in node.items)
         if isinstance(node, cst.FunctionDef):
-            return any(decorator_disables_grad(d, self.imports) or is_grad_switch_off(d.decorator, self.imports)
-                       for d in node.decorators)
+            return any(decorator_disables_grad(d, self.bindings) for d in node.decorators)
         return False
 
     def on_visit(self, node: cst.CSTNode) -> bool:

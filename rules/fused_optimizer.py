@@ -58,16 +58,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import (has_star_args, keyword_arg, may_train_on_cuda, mentions_cuda, parse_expression,
-                                set_keyword)
-from torchlint.precheck import SyntaxIndex, has_star_args as has_star, keyword
-from torchlint.rule import Rule
+from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
+from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, find_keyword, has_star_args
+from torchlint.fixes import imported_name, parse_expression, set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 # optimizer -> the first torch release whose constructor takes fused=True
-FUSED_SINCE = {"Adam": (2, 0), "AdamW": (2, 0), "SGD": (2, 3)}
+FUSED_SINCE = {"Adam": "2.0", "AdamW": "2.0", "SGD": "2.3"}
 OPTIMIZERS = {f"torch.optim.{module}{name}": name for name in FUSED_SINCE
               for module in ("", f"{name.lower()}.")}
-CPU_FUSED_SINCE = (2, 4)
+CPU_FUSED_SINCE = "2.4"
 CHOSEN = ("fused", "foreach", "differentiable")
 
 
@@ -78,7 +79,6 @@ class FusedOptimizer(Rule):
     summary = "Adam/AdamW/SGD on CUDA without `fused=True` (one kernel per update instead of many)"
     fix_applicability = "unsafe"
     triggers = ("Adam", "SGD")
-    scope = "file"  # reads the whole module: its training loops, wherever they are
     torch_versions = ">=2.0"
 
     @classmethod
@@ -88,24 +88,25 @@ class FusedOptimizer(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # an optimizer that has not chosen its implementation, in a file with a training loop
-        return any(index.training_loop_lines) and any(
-            not has_star(call) and not any(keyword(call, name) for name in CHOSEN) for call in index.calls(*FUSED_SINCE))
+        return any(ast_training_loop_lines(index)) and any(
+            not ast_has_star_args(call) and not any(ast_find_keyword(call, name) for name in CHOSEN)
+            for call in index.calls(*FUSED_SINCE))
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = OPTIMIZERS.get(self.ctx.qualified_name(node.func) or "")
-        if optimizer is None or self.ctx.target_torch < FUSED_SINCE[optimizer]:
+        if optimizer is None or not self.ctx.torch_at_least(FUSED_SINCE[optimizer]):
             return
-        if has_star_args(node) or any(keyword_arg(node, name) is not None for name in CHOSEN):
+        if has_star_args(node) or any(find_keyword(node, name) is not None for name in CHOSEN):
             return
         source = self.ctx.source
-        if not mentions_cuda(source) or not self.ctx.training_loops or self.ctx.training_loop() is not None:
+        if not mentions_cuda(source) or not self.ctx.loops.training_loops or self.ctx.loops.training_loop() is not None:
             return  # a CPU-only script, no training here, or a new optimizer every step (a numerical check)
         if optimizer == "SGD" and ("GradScaler" in source or "sparse=True" in source):
             return
         value = "True"
-        if self.ctx.target_torch < CPU_FUSED_SINCE:
-            reference = self.ctx.import_reference("torch")
-            value = f"{reference[0]}.cuda.is_available()" if reference and reference[1] is None else None
+        if not self.ctx.torch_at_least(CPU_FUSED_SINCE):
+            torch = imported_name(self.ctx, "torch")
+            value = f"{torch}.cuda.is_available()" if torch is not None else None
         fix = None
         if value is not None:
             fix = self.fix("Pass `fused=True`", self.replace(node, set_keyword(node, "fused", parse_expression(value))))

@@ -58,10 +58,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import dotted_name, is_periodic_test, method_call, names_in
-from torchlint.precheck import FUNCTIONS, SyntaxIndex
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.loops import AST_FUNCTIONS, ast_training_loop_lines, is_periodic_test
+from torchlint.analysis.syntax import dotted_name, method_call, names_in
+from torchlint.analysis.walk import visit
+from torchlint.rule import Rule, SyntaxIndex
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 LOG_METHODS = frozenset({"log", "log_dict"})
@@ -83,8 +83,9 @@ class HostSyncInLoop(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a synchronizing call in a loop that calls backward, or in a Lightning training_step
-        steps = index.lines(f for f in index.nodes(*FUNCTIONS) if f.name == "training_step")
-        return any(index.training_loop_lines[call.lineno] or steps[call.lineno]
+        steps = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "training_step")
+        training = ast_training_loop_lines(index)
+        return any(training[call.lineno] or steps[call.lineno]
                    for call in index.nodes(ast.Call)
                    if isinstance(call.func, ast.Attribute) and call.func.attr in SYNC_METHODS
                    or isinstance(call.func, ast.Name) and call.func.id == "print")
@@ -97,8 +98,8 @@ class HostSyncInLoop(Rule):
         what = self._sync(node)
         if what is None:
             return
-        loop = self.ctx.step_loop()
-        if loop is None and not self.ctx.in_training_step() or self.ctx.in_test_code():
+        loop = self.ctx.loops.step_loop()
+        if loop is None and not self.ctx.loops.in_training_step() or self.ctx.programs.in_test_code():
             return
         if not self._every_step(node, loop):
             return
@@ -125,8 +126,8 @@ class HostSyncInLoop(Rule):
             kept = self.ctx.code_for(value)
             return self.ctx.code_for(node), f"keep `{kept}` on the device (add it up there, detached) and read it"
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.ctx.qualified_name(node.func) is None:
-            loop = self.ctx.step_loop()
-            tensors = self.ctx.backpropagated_names(loop) if loop is not None else None
+            loop = self.ctx.loops.step_loop()
+            tensors = self.ctx.loops.backpropagated_names(loop) if loop is not None else None
             if tensors and any(self._prints_tensor(arg.value, tensors) for arg in node.args):
                 return self.ctx.code_for(node), "print it"
         return None

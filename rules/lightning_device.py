@@ -61,9 +61,10 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import argument, device_kind, dotted_name, keyword_arg, positional_args
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
+from torchlint.analysis.devices import written_device_kind
+from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, positional_args
+from torchlint.fixes import keyword_argument
+from torchlint.rule import Rule, SyntaxIndex
 
 # Hooks that run after the Trainer moved the module to its device.
 ON_DEVICE_HOOK = re.compile(
@@ -94,28 +95,27 @@ class LightningDevice(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self._check_cuda_call(node)
         elif isinstance(func, cst.Attribute) and func.attr.value == "to":
-            target = keyword_arg(node, "device") or (positional_args(node) or [None])[0]
+            target = find_keyword(node, "device") or (positional_args(node) or [None])[0]
             if target is not None:
                 self._check_literal(target.value)
         elif self.ctx.qualified_name(func) == "torch.device" and not self._is_reported_argument():
             self._check_literal(node)
-        device = keyword_arg(node, "device")
+        device = find_keyword(node, "device")
         if device is not None and not (isinstance(func, cst.Attribute) and func.attr.value == "to"):
             self._check_literal(device.value)
 
     def _check_cuda_call(self, node: cst.Call) -> None:
         """``x.cuda()`` -> ``x.to(self.device)``."""
-        method = self.ctx.lightning_method()
+        method = self.ctx.lightning.method()
         if method is None or dotted_name(node.func.value) == method[2]:
             return  # not in a LightningModule, or `self.cuda()`
         this = method[2]
-        non_blocking = argument(node, "non_blocking", 1)
+        non_blocking = find_argument(node, "non_blocking", 1)
         understood = not any(a.star for a in node.args) and all(
             a is non_blocking or a.keyword is None or a.keyword.value == "device" for a in node.args)
         arguments = [cst.Arg(cst.parse_expression(f"{this}.device"))]
         if non_blocking is not None:
-            arguments.append(cst.Arg(non_blocking.value, keyword=cst.Name("non_blocking"),
-                                     equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            arguments.append(keyword_argument("non_blocking", non_blocking.value))
         new = node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=_separated(arguments))
         shown = self.ctx.code_for(node.func.value)
         self._report(node, method, f"`{shown}.cuda()`", f"use `{shown}.to({this}.device)`, or create the tensor "
@@ -124,9 +124,9 @@ class LightningDevice(Rule):
     def _check_literal(self, expr: cst.BaseExpression) -> None:
         """A CUDA device written out (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``,
         ``"cuda" if available else "cpu"``) -> ``self.device``."""
-        if isinstance(expr, (cst.Name, cst.Attribute)) or device_kind(expr, self.ctx.imports) != "cuda":
+        if isinstance(expr, (cst.Name, cst.Attribute)) or written_device_kind(expr, self.ctx.bindings) != "cuda":
             return
-        method = self.ctx.lightning_method()
+        method = self.ctx.lightning.method()
         if method is None:
             return
         this = method[2]

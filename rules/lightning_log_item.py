@@ -50,9 +50,8 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import argument, dotted_name, names_in, root_names
-from torchlint.precheck import SyntaxIndex, callee
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import ast_callee, dotted_name, find_argument, names_in, root_names
+from torchlint.rule import Rule, SyntaxIndex
 
 
 class LightningLogItem(Rule):
@@ -67,21 +66,21 @@ class LightningLogItem(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a LightningModule, and `.item()` inside a `log`/`log_dict` call
         return bool(index.classes_deriving("LightningModule")) and any(
-            isinstance(node, ast.Call) and callee(node) == "item" and not node.args
+            isinstance(node, ast.Call) and ast_callee(node) == "item" and not node.args
             for call in index.calls("log", "log_dict") for node in ast.walk(call))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("log", "log_dict")):
             return
-        method = self.ctx.lightning_method()
+        method = self.ctx.lightning.method()
         if method is None or dotted_name(func.value) != method[2]:
             return
         if func.attr.value == "log":
-            value = argument(node, "value", 1)
+            value = find_argument(node, "value", 1)
             values = [value.value] if value is not None else []
         else:
-            metrics = argument(node, "dictionary", 0)
+            metrics = find_argument(node, "dictionary", 0)
             values = [element.value for element in metrics.value.elements
                       if isinstance(element, cst.DictElement)] if metrics and isinstance(metrics.value, cst.Dict) else []
         for value in values:
@@ -94,7 +93,7 @@ class LightningLogItem(Rule):
                             self.fix("Log the tensor instead of `.item()`", self.replace(value, tensor)))
 
     def _may_be_numpy(self, expr: cst.BaseExpression) -> bool:
-        numpy = {local for local, full in self.ctx.imports.aliases.items() if full.split(".")[0] == "numpy"}
-        sources = [expr] + [value for name in root_names(expr) for value in self.ctx.bindings.get(name, [])
+        numpy = {local for local, full in self.ctx.bindings.imports.aliases.items() if full.split(".")[0] == "numpy"}
+        sources = [expr] + [value for name in root_names(expr) for value in self.ctx.bindings.values(name)
                             if value is not None]
         return any(names_in(source) & (numpy | {"numpy"}) for source in sources)

@@ -74,19 +74,33 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchlint.diagnostics import Severity
-from torchlint.matching import (append_element, argument_list_text, data_table, dotted_name, has_star_args, keyword_arg,
-                                lightning_names, literal_value, positional_args, python_literal, remove_arg,
-                                same_literal, set_keyword)
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule, parse_version
-from torchlint.walk import visit
+from torchlint.analysis.frameworks import lightning_names
+from torchlint.analysis.syntax import (dotted_name, find_keyword, has_star_args, literal_value, positional_args,
+                                       same_literal)
+from torchlint.analysis.walk import visit
+from torchlint.fixes import append_element, import_reference, remove_arg, set_keyword
+from torchlint.rule import Rule, Severity, SyntaxIndex, data_table
+from torchlint.versions import parse_version
 
 TABLE = data_table("lightning_trainer_args.yaml")
 ROWS = {row["old"]: row for row in TABLE}
 TRAINER_PATHS = ("Trainer", "trainer.Trainer", "trainer.trainer.Trainer")
 FIT_CKPT_INDEX = 4  # Trainer.fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 PROGRESS_BARS = ("ProgressBar", "progress_bar")
+
+
+def argument_list_text(pairs: list[tuple[str, str]]) -> str:
+    """``[("accelerator", '"gpu"'), ("devices", "2")]`` -> ``accelerator="gpu", devices=2``."""
+    return ", ".join(f"{name}={value}" for name, value in pairs)
+
+
+def python_literal(value: object) -> str:
+    """Source text for a plain value read from the table: ``"16-mixed"``, ``True``, ``2``, ``None``."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    raise ValueError(f"not a plain literal: {value!r}")
 
 
 def _table_markdown() -> str:
@@ -148,7 +162,7 @@ class LightningTrainerArgs(Rule):
         planned: dict[str, object] = {}  # keywords that earlier fixes of this call write
         for arg in node.args:
             row = ROWS.get(arg.keyword.value) if arg.keyword is not None else None
-            if row is None or self.ctx.settings.target_lightning < parse_version(row["version"]):
+            if row is None or not self.ctx.lightning_at_least(row["version"]):
                 continue
             mapping = _case(row, arg.value)
             if mapping is not None:
@@ -201,7 +215,7 @@ class LightningTrainerArgs(Rule):
     # --- resume_from_checkpoint=p -> trainer.fit(..., ckpt_path=p) --------------------------------
     def _resume(self, node: cst.Call, arg: cst.Arg):
         fit = self._fit_call(node)
-        if fit is None or has_star_args(fit) or keyword_arg(fit, "ckpt_path") is not None \
+        if fit is None or has_star_args(fit) or find_keyword(fit, "ckpt_path") is not None \
                 or len(positional_args(fit)) > FIT_CKPT_INDEX:
             return None
         known, _ = literal_value(arg.value)
@@ -275,7 +289,7 @@ class LightningTrainerArgs(Rule):
                 and self.ctx.qualified_name(node.func.value) in ("pytorch_lightning", "lightning.pytorch"):
             return f"{written[: -len('.Trainer')]}.callbacks.TQDMProgressBar", None
         root = written.split(".")[0]
-        if self.ctx.binding_counts.get(root, 0) > 1:
+        if self.ctx.bindings.count(root) > 1:
             return None  # `try: import lightning.pytorch as pl / except ImportError: ...`: which package?
-        return self.ctx.import_reference(f"{package}.callbacks", "TQDMProgressBar")
+        return import_reference(self.ctx, f"{package}.callbacks", "TQDMProgressBar")
 

@@ -58,83 +58,12 @@ factory does not take (`memory_format`, `copy`).
 
 from __future__ import annotations
 
-import ast
-import re
-
 import libcst as cst
 
-from torchlint.matching import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, is_literal, keyword_arg,
-                                RANDOM_FACTORIES, set_keyword, tensor_factory)
-from torchlint.precheck import SyntaxIndex, callee
-from torchlint.rule import FixSpec, Rule, RuleContext
-
-PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
-# A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
-# A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
-# the pattern split a line of `#`s every possible way, in time exponential in its length.
-MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
-
-
-def moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
-    """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
-    precheck of factory_move."""
-    wanted = index.names(names)
-    return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
-            and isinstance(call.func.value, ast.Call) and callee(call.func.value) in wanted and index.may_move(call)]
-
-
-def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
-                 ) -> tuple[cst.Call, str, DeviceMove] | None:
-    """For ``torch.<factory>(...).cuda()`` / ``.to(<device>)``: the factory call, the factory's
-    name and the move; None for anything else (a move to the CPU included)."""
-    move = node.func
-    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
-        return None
-    factory = tensor_factory(move.value, ctx.imports)
-    if factory is None:
-        return None
-    target = ctx.device_move(node, extra_names)
-    if target is None or target.to_cpu:
-        return None
-    return move.value, factory, target
-
-
-def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
-    """At the move call (ctx's current node): the factory asks for ``requires_grad=True`` and the
-    moved copy is kept as it is, not wrapped in ``nn.Parameter`` (which makes a new leaf) nor
-    detached."""
-    grad = keyword_arg(factory_call, "requires_grad")
-    if grad is None or not is_literal(grad.value, True):
-        return False
-    consumer = ctx.parent
-    if isinstance(consumer, cst.Arg) and len(ctx.ancestors) > 2:
-        outer = ctx.ancestors[-3]
-        if isinstance(outer, cst.Call) and ctx.qualified_name(outer.func) in PARAMETER:
-            return False
-    if isinstance(consumer, cst.Attribute) and consumer.attr.value in ("detach", "detach_", "data"):
-        return False
-    return True
-
-
-def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
-                     move: DeviceMove) -> FixSpec | None:
-    """The fix that gives the factory the move's device (and dtype) and drops the move: safe for
-    deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``."""
-    if not move.understood or any(a.star == "**" for a in factory_call.args) \
-            or keyword_arg(factory_call, "pin_memory") is not None:
-        return None  # the factory may already carry `device`, or the move does more than move
-    # a factory that already names a device computed its values there: another device may round
-    # differently (`linspace`, `arange` on floats)
-    safe = factory in DETERMINISTIC_FACTORIES and move.certain and keyword_arg(factory_call, "device") is None
-    new = set_keyword(factory_call, "device", move.device)
-    if move.dtype is not None:
-        if keyword_arg(factory_call, "dtype") is not None:
-            return None  # two conversions: their order matters
-        new = set_keyword(new, "dtype", move.dtype)
-        safe = safe and factory in EXACT_FACTORIES
-    new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
-    return rule.fix("Create the tensor on the device", rule.replace(node, new),
-                    applicability="safe" if safe else "unsafe")
+from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES
+from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._factories import (MOVE_AFTER_CALL, ast_moved_calls, create_on_device, creates_non_leaf,
+                                        factory_move)
 
 
 class MoveAfterCreate(Rule):
@@ -143,7 +72,6 @@ class MoveAfterCreate(Rule):
     kind = "performance"
     summary = "A factory-made tensor moved right away instead of created on the device (`device=`)"
     fix_applicability = "safe"
-    triggers = (".cuda(", ".to(")
     options = {"device-names": (list, [], "More variable names to treat as devices")}
 
     @classmethod
@@ -152,7 +80,7 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES))
+        return bool(ast_moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES))
 
     def visit_Call(self, node: cst.Call) -> None:
         found = factory_move(self.ctx, node, tuple(self.option("device-names")))

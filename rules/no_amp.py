@@ -78,10 +78,13 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import amp_constructor, may_train_on_cuda, method_call, root_names, uses_reduced_precision
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.devices import may_train_on_cuda, uses_reduced_precision
+from torchlint.analysis.programs import ast_training_script
+from torchlint.analysis.syntax import method_call, root_names
+from torchlint.analysis.walk import visit
+from torchlint.fixes import block_indentation, imported_name, unused_name
+from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
 # Libraries that own the precision of the loop (their own flags turn mixed precision on).
 PRECISION_MANAGERS = re.compile(r"\bAccelerator\b|\baccelerate\b|\bFabric\b|\bdeepspeed\b|\bapex\b|\bGradScaler\b")
@@ -105,7 +108,6 @@ class NoAmp(Rule):
     kind = "performance"
     summary = "A float32 CUDA training loop without autocast (mixed precision)"
     fix_applicability = "unsafe"
-    triggers = ("backward",)
     torch_versions = ">=1.10"
     default_enabled = False
 
@@ -115,7 +117,7 @@ class NoAmp(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return index.training_script()  # see RuleContext.cuda_training_script
+        return ast_training_script(index)  # see Programs.cuda_training_script
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -125,12 +127,12 @@ class NoAmp(Rule):
         backward = method_call(node, "backward")
         if backward is None:
             return
-        loop = self.ctx.training_loop()
+        loop = self.ctx.loops.training_loop()
         if loop is None or id(loop) in self.seen:
             return
         self.seen.add(id(loop))
         source = self.ctx.source
-        if self.ctx.cuda_training_script() is None or uses_reduced_precision(source) \
+        if self.ctx.programs.cuda_training_script() is None or uses_reduced_precision(source) \
                 or PRECISION_MANAGERS.search(source):
             return
         self.report(node, "this CUDA training loop runs in float32; run the forward pass and the loss under "
@@ -142,31 +144,23 @@ class NoAmp(Rule):
         counter = _BackwardCounter()
         visit(loop, counter)
         position = self.ctx.statement_position()
-        reference = self.ctx.import_reference("torch")
-        scaler = self.ctx.unused_name("scaler", "grad_scaler", "amp_scaler")
-        if counter.count != 1 or position is None or reference is None or reference[1] is not None or scaler is None:
+        torch = imported_name(self.ctx, "torch")
+        scaler = unused_name(self.ctx, "scaler", "grad_scaler", "amp_scaler")
+        if counter.count != 1 or position is None or torch is None or scaler is None:
             return None
         statement, body, index = position
-        block = self._block_of(statement)
+        block = self.ctx.block_of(statement)
         if not isinstance(block, cst.IndentedBlock) or not isinstance(statement, cst.SimpleStatementLine) \
                 or len(statement.body) != 1 or getattr(statement.body[0], "value", None) is not node:
             return None
-        torch = reference[0]
         autocast = amp_constructor("torch.cuda.amp.autocast", self.ctx.target_torch, torch, f"dtype={torch}.float16")
-        step = self.ctx.mixed_precision_step(block, index, root_names(node.func.value), scaler, autocast)
+        step = mixed_precision_step(self.ctx, block, index, root_names(node.func.value), scaler, autocast)
         if step is None:
             return None
-        outer = self._block_of(loop)
-        indent = self.ctx.block_indentation(outer) if isinstance(outer, cst.IndentedBlock) else ""
+        outer = self.ctx.block_of(loop)
+        indent = block_indentation(self.ctx, outer) if isinstance(outer, cst.IndentedBlock) else ""
         create = amp_constructor("torch.cuda.amp.GradScaler", self.ctx.target_torch, torch)
         return self.fix("Train in mixed precision (float16 autocast and a GradScaler)",
                         self.insert_lines_before(loop, f"{indent}{scaler} = {create}\n"),
                         *step.edits,
                         self.replace(node.func.value, f"{scaler}.scale({self.ctx.code_for(node.func.value)})"))
-
-    def _block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        ancestors = self.ctx.ancestors
-        for i in range(1, len(ancestors)):
-            if ancestors[i] is node:
-                return ancestors[i - 1]
-        return None

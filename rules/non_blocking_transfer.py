@@ -54,11 +54,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import (ITERATION_WRAPPERS, dataloader_argument, dotted_name, is_dataloader_call, is_literal,
-                                iterated_name, root_names, set_keyword)
-from torchlint.precheck import SyntaxIndex, is_literal as literal, keyword
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.data import dataloader_argument, is_dataloader_call
+from torchlint.analysis.devices import ast_may_move
+from torchlint.analysis.loops import ITERATION_WRAPPERS, ast_loop_lines, iterated_name
+from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, is_literal, root_names, target_names
+from torchlint.analysis.walk import visit
+from torchlint.fixes import set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
@@ -70,22 +72,22 @@ class NonBlockingTransfer(Rule):
     summary = "A batch from a pinned-memory loader copied to the GPU without `non_blocking=True`"
     fix_applicability = "safe"
     triggers = ("pin_memory",)
-    scope = "file"  # the loader may be made in another function than the loop that reads it
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a loader with `pin_memory=True`, and a move without non_blocking= inside a loop
-        pinned = any(literal(pin.value if pin is not None else call.args[7] if len(call.args) > 7 else None, True)
-                     for call in index.calls("DataLoader") for pin in [keyword(call, "pin_memory")])
-        return pinned and any(index.loop_lines[call.lineno] and index.may_move(call)
-                              and keyword(call, "non_blocking") is None for call in index.calls("cuda", "to"))
+        pinned = any(ast_is_literal(pin.value if pin is not None else call.args[7] if len(call.args) > 7 else None, True)
+                     for call in index.calls("DataLoader") for pin in [ast_find_keyword(call, "pin_memory")])
+        loops = ast_loop_lines(index)
+        return pinned and any(loops[call.lineno] and ast_may_move(index, call)
+                              and ast_find_keyword(call, "non_blocking") is None for call in index.calls("cuda", "to"))
 
     def visit_Call(self, node: cst.Call) -> None:
-        move = self.ctx.device_move(node)
+        move = self.ctx.devices.move(node)
         if move is None or move.method == "cpu" or move.to_cpu or move.non_blocking is not None \
                 or any(a.star for a in node.args):
             return
-        kind = "cuda" if move.method == "cuda" else self.ctx.device_kind(move.device)
+        kind = "cuda" if move.method == "cuda" else self.ctx.devices.kind(move.device)
         if kind not in ("cuda", None):
             return  # another accelerator: non-blocking copies there need a synchronization
         source = node.func.value
@@ -101,8 +103,8 @@ class NonBlockingTransfer(Rule):
 
     def _pinned_batch_loop(self, names: set[str]) -> cst.For | None:
         """The enclosing for loop over a pinned loader whose batch ``names`` come from."""
-        for loop in self.ctx.enclosing_loops():
-            if not isinstance(loop, cst.For) or not self._pinned(iterated_name(loop, self.ctx.imports)):
+        for loop in self.ctx.loops.enclosing_loops():
+            if not isinstance(loop, cst.For) or not self._pinned(iterated_name(loop, self.ctx.bindings)):
                 continue
             if names & self._batch_names(loop):
                 return loop
@@ -111,15 +113,15 @@ class NonBlockingTransfer(Rule):
     def _pinned(self, loader: str | None, depth: int = 0) -> bool:
         """Every value the file assigns to ``loader`` is a ``DataLoader(..., pin_memory=True)``
         (or a progress bar around one: ``pbar = tqdm(loader)``)."""
-        values = self.ctx.bindings.get(loader or "", [])
+        values = self.ctx.bindings.values(loader)
         if not values or depth > 3:
             return False
         for value in values:
-            wrapped = _wrapped_iterable(value, self.ctx.imports)
+            wrapped = _wrapped_iterable(value, self.ctx.bindings)
             if wrapped is not None:
                 if not self._pinned(wrapped, depth + 1):
                     return False
-            elif not (is_dataloader_call(value, self.ctx.imports) and not any(a.star == "**" for a in value.args)
+            elif not (is_dataloader_call(value, self.ctx.bindings) and not any(a.star == "**" for a in value.args)
                       and is_literal(getattr(dataloader_argument(value, "pin_memory"), "value", None), True)):
                 return False
         return True
@@ -127,7 +129,7 @@ class NonBlockingTransfer(Rule):
     def _batch_names(self, loop: cst.For) -> set[str]:
         """Names holding (parts of) the batch at the current node: the loop's targets, names
         assigned from them earlier in the loop, and comprehension variables drawn from them."""
-        names = _target_names(loop.target)
+        names = target_names(loop.target)
         position = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
         # statements of the loop body before the one holding the current node, in order
         current = self.ctx.ancestors[position + 2] if len(self.ctx.ancestors) > position + 2 else None
@@ -139,13 +141,13 @@ class NonBlockingTransfer(Rule):
                 for small in statement.body:
                     if isinstance(small, cst.Assign) and root_names(small.value) & names:
                         for target in small.targets:
-                            names |= _target_names(target.target)
+                            names |= target_names(target.target)
         for node in self.ctx.ancestors[position:]:
             if isinstance(node, COMPREHENSIONS):
                 clause = node.for_in
                 while clause is not None:
                     if root_names(clause.iter) & names:
-                        names |= _target_names(clause.target)
+                        names |= target_names(clause.target)
                     clause = clause.inner_for_in
         return names
 
@@ -154,29 +156,19 @@ class NonBlockingTransfer(Rule):
         assign = self.ctx.ancestors[-2] if len(self.ctx.ancestors) > 1 else None
         source_names = root_names(source)
         if isinstance(assign, cst.Assign) and assign.value is node and all(
-                _target_names(t.target) & source_names for t in assign.targets):
+                target_names(t.target) & source_names for t in assign.targets):
             return False  # `x = x.to(device)`: the CPU tensor is no longer reachable by that name
         finder = _InPlaceWrites(source_names)
         visit(loop.body, finder)
         return finder.found
 
 
-def _wrapped_iterable(value: cst.BaseExpression | None, imports) -> str | None:
+def _wrapped_iterable(value: cst.BaseExpression | None, bindings) -> str | None:
     """``loader`` for ``tqdm(loader)``, ``enumerate(loader)``: the name an iteration wrapper wraps."""
     if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None or value.args[0].star:
         return None
-    wrapper = dotted_name(value.func) in ITERATION_WRAPPERS or imports.qualified_name(value.func) in ITERATION_WRAPPERS
+    wrapper = dotted_name(value.func) in ITERATION_WRAPPERS or bindings.qualified_name(value.func) in ITERATION_WRAPPERS
     return dotted_name(value.args[0].value) if wrapper else None
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for element in target.elements for n in _target_names(element.value)}
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
 
 
 class _InPlaceWrites(cst.CSTVisitor):

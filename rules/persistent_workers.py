@@ -56,11 +56,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.matching import (LOOPS, dataloader_argument, dotted_name, has_star_args, is_dataloader_call,
-                                keyword_arg, literal_value, parse_expression, set_keyword)
-from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, keyword
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
+                                    is_dataloader_call)
+from torchlint.analysis.loops import LOOPS
+from torchlint.analysis.syntax import ast_find_keyword, dotted_name, find_keyword, has_star_args, literal_value
+from torchlint.analysis.walk import visit
+from torchlint.fixes import parse_expression, set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 # Lightning hooks whose loader the Trainer iterates every epoch (unless told to reload them).
 EPOCH_HOOKS = frozenset({"train_dataloader", "val_dataloader"})
@@ -76,12 +78,12 @@ class PersistentWorkers(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(dataloader_workers(call) is not None and keyword(call, "persistent_workers") is None
-                   for call in dataloader_calls(index))
+        return any(ast_dataloader_argument(call, "num_workers") is not None
+                   and ast_find_keyword(call, "persistent_workers") is None for call in ast_dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node) \
-                or keyword_arg(node, "persistent_workers") is not None:
+        if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \
+                or find_keyword(node, "persistent_workers") is not None:
             return
         workers = dataloader_argument(node, "num_workers")
         if workers is None or self.ctx.enclosing(*LOOPS) or "reload_dataloaders_every" in self.ctx.source:
@@ -115,9 +117,9 @@ class PersistentWorkers(Rule):
                 and function.name.value in EPOCH_HOOKS:
             return True
         name = self.ctx.bound_name()
-        if name is None or self.ctx.binding_of(name) is not self.ctx.ancestors[-1]:
+        if name is None or self.ctx.bindings.value_of(name) is not self.ctx.ancestors[-1]:
             return False
-        loops = self.ctx.loops_over(name)
+        loops = self.ctx.loops.loops_over(name)
         nested, passed = self._loop_uses()
         return len(loops) > 1 or any(id(loop) in nested for loop in loops) or name in passed
 

@@ -62,10 +62,13 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import (dataloader_argument, dotted_name, has_star_args, is_dataloader_call, is_literal,
-                                mentions_cuda, set_keyword)
-from torchlint.precheck import SyntaxIndex, dataloader_calls, dataloader_workers, is_literal as literal, keyword
-from torchlint.rule import Rule
+from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
+                                    is_dataloader_call)
+from torchlint.analysis.devices import mentions_cuda
+from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal
+from torchlint.fixes import set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 # Code that may put tensors on a device before the loader sees them.
 DEVICE_CODE = re.compile(r"cuda|device|\.to\(")
@@ -82,19 +85,20 @@ class PinMemory(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # workers, no pin_memory= (nor its positional place), and a loop that trains
-        return any(index.training_loop_lines) and any(
-            dataloader_workers(call) is not None and not literal(dataloader_workers(call), 0)
-            and keyword(call, "pin_memory") is None and len(call.args) < 8 for call in dataloader_calls(index))
+        return any(ast_training_loop_lines(index)) and any(
+            ast_dataloader_argument(call, "num_workers") is not None
+            and not ast_is_literal(ast_dataloader_argument(call, "num_workers"), 0)
+            and ast_find_keyword(call, "pin_memory") is None and len(call.args) < 8 for call in ast_dataloader_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not is_dataloader_call(node, self.ctx.imports) or has_star_args(node) \
+        if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \
                 or dataloader_argument(node, "pin_memory") is not None or not mentions_cuda(self.ctx.source):
             return
         workers = dataloader_argument(node, "num_workers")
         if workers is None or is_literal(workers.value, 0):
             return  # pinning on the training thread does not pay (TL601 adds workers first)
-        if not any(self.ctx.backpropagated_names(loop) is not None and self.ctx.moves_to_cuda(loop.body)
-                   for loop in self.ctx.iterating_loops()):
+        if not any(self.ctx.loops.backpropagated_names(loop) is not None and self.ctx.devices.moves_to_cuda(loop.body)
+                   for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name())):
             return
         if any(self._may_hold_cuda_tensors(arg.value) for arg in (dataloader_argument(node, "dataset"),
                                                                  dataloader_argument(node, "collate_fn")) if arg):
@@ -118,9 +122,9 @@ class PinMemory(Rule):
             names.add(dotted_name(expr.func))
             names |= {dotted_name(a.value) for a in expr.args}
         for name in names - {None}:
-            for value in self.ctx.bindings.get(name, []):
+            for value in self.ctx.bindings.values(name):
                 if value is not None and self._may_hold_cuda_tensors(value, depth - 1):
                     return True
-            if any(DEVICE_CODE.search(self.ctx.code_for(definition)) for definition in self.ctx.defined(name)):
+            if any(DEVICE_CODE.search(self.ctx.code_for(definition)) for definition in self.ctx.bindings.defined(name)):
                 return True
         return False

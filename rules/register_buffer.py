@@ -60,12 +60,12 @@ import re
 
 import libcst as cst
 
-from torchlint.matching import (INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, contains, dotted_name,
-                                function_parameters, is_literal, keyword_arg, positional_args, scope_names,
-                                tensor_factory)
-from torchlint.precheck import FUNCTIONS, SyntaxIndex, callee, is_literal as literal, keyword
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, ast_may_move, tensor_factory
+from torchlint.analysis.loops import AST_FUNCTIONS
+from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
+                                       function_parameters, is_literal, positional_args)
+from torchlint.analysis.walk import visit
+from torchlint.rule import Rule, SyntaxIndex
 
 LITERALS = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp, cst.Integer,
             cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
@@ -96,16 +96,16 @@ class RegisterBuffer(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `x.attr = <a torch factory given a device, or .to()/.cuda()>` inside an `__init__`
-        inits = index.lines(f for f in index.nodes(*FUNCTIONS) if f.name == "__init__")
+        inits = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "__init__")
         factories = index.names(name.rsplit(".", 1)[1] for name in TENSOR_FACTORIES)
         for node in index.nodes(ast.Assign):
             value = node.value
             if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and inits[node.lineno]
                     and isinstance(value, ast.Call)):
                 continue
-            device = keyword(value, "device")
-            if index.may_move(value) or callee(value) in factories and device is not None \
-                    and not literal(device.value, None):
+            device = ast_find_keyword(value, "device")
+            if ast_may_move(index, value) or ast_callee(value) in factories and device is not None \
+                    and not ast_is_literal(device.value, None):
                 return True
         return False
 
@@ -131,7 +131,7 @@ class RegisterBuffer(Rule):
                     self._fix(node, cls, function, self_name, attribute, factory))
 
     def _is_module(self, cls: cst.ClassDef) -> bool:
-        if cls.name.value in self.ctx.module_classes:
+        if cls.name.value in self.ctx.modules.classes:
             return True
         # a base the file cannot see (`PreTrainedModel`, a project base class): a class with a
         # forward method is a module, unless it is an autograd Function
@@ -145,11 +145,11 @@ class RegisterBuffer(Rule):
         tensor expression moved right away (``torch.tril(...).to(device)``, ``pe.unsqueeze(0).cuda()``
         with ``pe`` made by torch earlier in ``__init__``). ``kind`` is the factory's name, or
         "int"/"float" after a cast; ``origin`` the call it comes from."""
-        factory = tensor_factory(value, self.ctx.imports)
+        factory = tensor_factory(value, self.ctx.bindings)
         if factory is not None:
-            device = keyword_arg(value, "device")
+            device = find_keyword(value, "device")
             return (value, factory) if device is not None and not is_literal(device.value, None) else None
-        move = self.ctx.device_move(value)
+        move = self.ctx.devices.move(value)
         if move is None or move.method == "cpu":
             return None
         return self._tensor_origin(value.func.value, 0)
@@ -172,7 +172,7 @@ class RegisterBuffer(Rule):
         if isinstance(expr, cst.Subscript):
             return self._tensor_origin(expr.value, depth + 1)
         if isinstance(expr, cst.Name):
-            values = scope_names(self.ctx.enclosing_function())[0].get(expr.value, [])
+            values = self.ctx.bindings.scope(self.ctx.enclosing_function()).assigned.get(expr.value, [])
             return self._tensor_origin(values[0], depth + 1) if len(values) == 1 and values[0] is not None else None
         return None
 
@@ -183,7 +183,7 @@ class RegisterBuffer(Rule):
     def _fix(self, node: cst.Assign, cls: cst.ClassDef, function: cst.FunctionDef, self_name: str,
              attribute: str, factory: tuple[cst.Call, str]):
         position = self.ctx.statement_position()
-        if self.ctx.target_torch < (1, 6) or position is None or len(position[0].body) != 1 \
+        if not self.ctx.torch_at_least("1.6") or position is None or len(position[0].body) != 1 \
                 or self.ctx.enclosing(cst.BaseCompoundStatement)[0] is not function:
             return None  # only a plain line of __init__'s own body
         statement, body, index = position
@@ -272,7 +272,7 @@ def _not_floating(call: cst.Call, factory: str, ctx) -> bool:
         return factory == "int"
     if factory not in TENSOR_FACTORY_NAMES:
         return False
-    dtype = keyword_arg(call, "dtype")
+    dtype = find_keyword(call, "dtype")
     if dtype is not None:
         name = ctx.qualified_name(dtype.value) or ""
         return name.startswith("torch.") and name[6:] in INTEGER_DTYPES

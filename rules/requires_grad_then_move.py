@@ -57,13 +57,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.diagnostics import Severity
-from torchlint.matching import (DETERMINISTIC_FACTORIES, RANDOM_FACTORIES, argument, has_star_args, is_literal, keyword_arg,
-                                replace_arg_value, set_keyword, tensor_factory)
-from torchlint.precheck import SyntaxIndex, callee
-from torchlint.rule import Rule
-from torchlint.rules.move_after_create import (PARAMETER, MoveAfterCreate, create_on_device, creates_non_leaf,
-                                               factory_move, moved_calls)
+from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES, tensor_factory
+from torchlint.analysis.syntax import ast_callee, find_argument, find_keyword, has_star_args, is_literal
+from torchlint.fixes import replace_arg_value, set_keyword
+from torchlint.rule import Rule, Severity, SyntaxIndex
+from torchlint.rules._factories import PARAMETER, ast_moved_calls, create_on_device, creates_non_leaf, factory_move
+
+# TL201's option, which this rule reads too
+DEVICE_NAMES_OPTION = ("move-after-create", "device-names")
 
 
 class RequiresGradThenMove(Rule):
@@ -79,11 +80,11 @@ class RequiresGradThenMove(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a factory given requires_grad=, or an nn.Parameter, moved right away
         parameter = index.names(["Parameter"])
-        return any(callee(call) in parameter or any(k.arg == "requires_grad" for k in call.keywords)
-                   for call in moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES, "Parameter"))
+        return any(ast_callee(call) in parameter or any(k.arg == "requires_grad" for k in call.keywords)
+                   for call in ast_moved_calls(index, *DETERMINISTIC_FACTORIES, *RANDOM_FACTORIES, "Parameter"))
 
     def visit_Call(self, node: cst.Call) -> None:
-        names = tuple(self.ctx.settings.rule_option(MoveAfterCreate.name, "device-names", []))
+        names = tuple(self.ctx.settings.rule_option(*DEVICE_NAMES_OPTION, []))
         found = factory_move(self.ctx, node, names)
         if found is None:
             self._moved_parameter(node, names)
@@ -102,9 +103,9 @@ class RequiresGradThenMove(Rule):
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to") and isinstance(func.value, cst.Call)
                 and self.ctx.qualified_name(func.value.func) in PARAMETER):
             return
-        move = self.ctx.device_move(node, names)
+        move = self.ctx.devices.move(node, names)
         parameter = func.value
-        grad = argument(parameter, "requires_grad", 1)
+        grad = find_argument(parameter, "requires_grad", 1)
         if move is None or move.to_cpu or (grad is not None and is_literal(grad.value, False)):
             return
         self.report(parameter, f"`nn.Parameter(...).{move.method}(...)` is a plain tensor, not a Parameter: a module "
@@ -113,10 +114,10 @@ class RequiresGradThenMove(Rule):
                     self._parameter_fix(node, parameter, move))
 
     def _parameter_fix(self, node: cst.Call, parameter: cst.Call, move):
-        data = argument(parameter, "data", 0)
-        factory = tensor_factory(data.value, self.ctx.imports) if data is not None else None
+        data = find_argument(parameter, "data", 0)
+        factory = tensor_factory(data.value, self.ctx.bindings) if data is not None else None
         if factory is None or not move.understood or move.dtype is not None or has_star_args(parameter) \
-                or has_star_args(data.value) or keyword_arg(data.value, "device") is not None:
+                or has_star_args(data.value) or find_keyword(data.value, "device") is not None:
             return None
         made_there = set_keyword(data.value, "device", move.device)
         new = replace_arg_value(parameter, data, made_there).with_changes(lpar=node.lpar, rpar=node.rpar)

@@ -53,10 +53,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import root_names
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.syntax import root_names, target_names
+from torchlint.analysis.walk import visit
+from torchlint.rule import Rule, SyntaxIndex
 
 # Calls and attributes after which a value no longer holds the graph.
 DETACHING_METHODS = frozenset({"item", "detach", "detach_", "tolist", "numpy", "data"})
@@ -113,7 +113,7 @@ class _LoopBindings(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            for name in _target_names(target.target):
+            for name in target_names(target.target):
                 if name not in root_names(node.value):
                     self.reset.add(name)
                 if is_detached(node.value):
@@ -121,18 +121,10 @@ class _LoopBindings(cst.CSTVisitor):
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
-            self.reset.update(_target_names(node.target))
+            self.reset.update(target_names(node.target))
 
     def visit_For(self, node: cst.For) -> None:
-        self.reset.update(_target_names(node.target))
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {name for element in target.elements for name in _target_names(element.value)}
-    return set()
+        self.reset.update(target_names(node.target))
 
 
 class RetainedGraph(Rule):
@@ -146,7 +138,7 @@ class RetainedGraph(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # an append, `+=`/`-=` or `total = total + ...` in a loop that calls backward
-        training = index.training_loop_lines
+        training = ast_training_loop_lines(index)
         if not any(training):
             return False
         kept = [call for call in index.calls("append") if len(call.args) == 1 and not call.keywords]
@@ -185,7 +177,7 @@ class RetainedGraph(Rule):
     def _check(self, node: cst.CSTNode, container: cst.BaseExpression, value: cst.BaseExpression,
                verb: str) -> None:
         names = graph_names(value)
-        if not names or self.ctx.grad_disabled():
+        if not names or self.ctx.loops.grad_disabled():
             return
         holders = root_names(container)
         if not names or not holders:
@@ -194,7 +186,7 @@ class RetainedGraph(Rule):
         if loop is None:
             return
         bindings = self._loop_bindings(loop)
-        backpropagated = self.ctx.backpropagated_names(loop)
+        backpropagated = self.ctx.loops.backpropagated_names(loop)
         kept = names & backpropagated
         if kept <= bindings.detached or holders & backpropagated:
             return  # a number by now, or the accumulator is itself backpropagated (gradient accumulation)
@@ -209,8 +201,8 @@ class RetainedGraph(Rule):
 
     def _backpropagating_loop(self, names: set[str]) -> cst.CSTNode | None:
         """The innermost enclosing loop (in this function) that backpropagates one of names."""
-        for loop in self.ctx._loops_in_function():
-            backpropagated = self.ctx.backpropagated_names(loop)
+        for loop in self.ctx.loops.enclosing_loops():
+            backpropagated = self.ctx.loops.backpropagated_names(loop)
             if backpropagated and names & backpropagated:
                 return loop
         return None

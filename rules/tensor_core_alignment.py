@@ -55,10 +55,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.diagnostics import Severity
-from torchlint.matching import argument, uses_reduced_precision
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
+from torchlint.analysis.devices import uses_reduced_precision
+from torchlint.analysis.programs import ast_is_script
+from torchlint.analysis.syntax import find_argument
+from torchlint.rule import Rule, Severity, SyntaxIndex
 
 # layer -> the (parameter, positional index) pairs whose sizes feed a matrix multiplication
 LAYERS = {
@@ -85,18 +85,18 @@ class TensorCoreAlignment(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a script that builds a layer with an integer size that is not a multiple of 8
-        return index.is_script() and any(
+        return ast_is_script(index) and any(
             isinstance(arg, ast.Constant) and type(arg.value) is int and arg.value % 8
             for call in index.calls(*LAYERS) for arg in [*call.args, *(k.value for k in call.keywords)])
 
     def visit_Call(self, node: cst.Call) -> None:
         layer = QUALIFIED.get(self.ctx.qualified_name(node.func) or "")
-        if layer is None or not uses_reduced_precision(self.ctx.source) or not self.ctx.is_script:
+        if layer is None or not uses_reduced_precision(self.ctx.source) or not self.ctx.programs.is_script:
             return
         minimum = self.option("min-size")
         odd = []
         for parameter, index in LAYERS[layer]:
-            arg = argument(node, parameter, index)
+            arg = find_argument(node, parameter, index)
             if arg is not None and isinstance(arg.value, cst.Integer):
                 size = arg.value.evaluated_value
                 if size >= minimum and size % 8:

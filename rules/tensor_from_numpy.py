@@ -53,9 +53,8 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import argument, is_literal, keyword_arg, method_call, positional_args, scope_names
-from torchlint.precheck import SyntaxIndex, callee
-from torchlint.rule import Rule
+from torchlint.analysis.syntax import ast_callee, find_argument, find_keyword, is_literal, method_call, positional_args
+from torchlint.rule import Rule, SyntaxIndex
 
 # NumPy functions that return a new array (never a view of their argument, never a scalar).
 FRESH_ARRAYS = frozenset({
@@ -93,7 +92,7 @@ class TensorFromNumpy(Rule):
         arrays = index.names(ARRAY_CALLEES)
 
         def array(expr) -> bool:
-            return isinstance(expr, ast.Call) and callee(expr) in arrays
+            return isinstance(expr, ast.Call) and ast_callee(expr) in arrays
 
         named = {target.id for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr) if array(node.value)
                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
@@ -119,25 +118,28 @@ class TensorFromNumpy(Rule):
         self.report(node, f"`torch.tensor` copies the NumPy array `{self.ctx.code_for(data)}`; "
                           "`torch.from_numpy(...)` uses its memory without a copy", fix)
 
-    def _array_kind(self, expr: cst.BaseExpression, follow: bool = True) -> str | None:
+    def _array_kind(self, expr: cst.BaseExpression, follow: bool = True,
+                    following: frozenset[str] = frozenset()) -> str | None:
         """"fresh" for a new array nothing else holds, "shared" for an array that may be seen
-        elsewhere, None when expr is not known to be an array."""
+        elsewhere, None when expr is not known to be an array. A name is followed to its values
+        once per chain: ``following`` holds the names being followed, so that a rebinding of a
+        name to itself (``mode = mode.reshape(-1, 1)``) ends."""
         if isinstance(expr, cst.Call):
             if method_call(expr, *ARRAY_METHODS) and not expr.args:
                 return "shared"
             method = method_call(expr, *ARRAY_TO_ARRAY)
-            if method is not None and self._array_kind(method.value) is not None:
+            if method is not None and self._array_kind(method.value, True, following) is not None:
                 copies = method.attr.value in ("astype", "copy", "flatten") and not is_literal(
-                    getattr(keyword_arg(expr, "copy"), "value", None), False)
+                    getattr(find_keyword(expr, "copy"), "value", None), False)
                 return "fresh" if copies else "shared"
             name = self.ctx.qualified_name(expr.func) or ""
             if not name.startswith("numpy."):
                 return None
             function = name[len("numpy."):]
             if function in FRESH_ARRAYS:
-                if function == "array" and is_literal(getattr(keyword_arg(expr, "copy"), "value", None), False):
+                if function == "array" and is_literal(getattr(find_keyword(expr, "copy"), "value", None), False):
                     return "shared"
-                if function == "load" and keyword_arg(expr, "mmap_mode") is not None:
+                if function == "load" and find_keyword(expr, "mmap_mode") is not None:
                     return "shared"
                 return "fresh"
             if function in SHARED_ARRAYS:
@@ -145,12 +147,12 @@ class TensorFromNumpy(Rule):
             if function.startswith("random.") and function[7:] in RANDOM_SIZE:
                 size_at = RANDOM_SIZE[function[7:]]
                 has_size = bool(positional_args(expr)) if function[7:] in ("rand", "randn") else \
-                    argument(expr, "size", size_at) is not None
+                    find_argument(expr, "size", size_at) is not None
                 return "fresh" if has_size else None
             return None
-        if follow and isinstance(expr, cst.Name):
-            values = self._scope()[0].get(expr.value, [])
-            kinds = {self._array_kind(v, follow=False) if v is not None else None for v in values}
+        if follow and isinstance(expr, cst.Name) and expr.value not in following:
+            values = self._scope().assigned.get(expr.value, [])
+            kinds = {self._array_kind(v, False, following | {expr.value}) if v is not None else None for v in values}
             if not values or None in kinds:
                 return None
             # a variable may be seen elsewhere; fresh only if every value is and it is private
@@ -160,13 +162,13 @@ class TensorFromNumpy(Rule):
     def _scope(self):
         scope = self.ctx.enclosing_function() or self.ctx.module
         if getattr(self, "_scope_of", None) is not scope:
-            self._scope_of, self._names = scope, scope_names(scope)
+            self._scope_of, self._names = scope, self.ctx.bindings.scope(scope)
         return self._names
 
     def _private_local(self, name: str) -> bool:
         """Assigned once in the function, read only here, and not inside a loop (where every
         iteration's tensor would share one array)."""
-        if self.ctx.enclosing_function() is None or self.ctx.enclosing_loops():
+        if self.ctx.enclosing_function() is None or self.ctx.loops.enclosing_loops():
             return False
-        assigned, references = self._scope()
-        return len(assigned.get(name, [])) == 1 and references.get(name, 0) == 2
+        names = self._scope()
+        return len(names.assigned.get(name, [])) == 1 and names.references.get(name, 0) == 2

@@ -60,39 +60,22 @@ Reported for a target torch from 1.12, where TF32 for matmuls became opt-in (fro
 
 from __future__ import annotations
 
-import libcst as cst
-
-from torchlint.matching import may_train_on_cuda, uses_reduced_precision
-from torchlint.precheck import SyntaxIndex
-from torchlint.rule import Rule
-
-ALREADY_DECIDED = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
+from torchlint.analysis.devices import uses_reduced_precision
+from torchlint.rules._script import WholeScriptRule
 
 
-class Tf32Matmul(Rule):
+class Tf32Matmul(WholeScriptRule):
     code = "TL705"
     name = "tf32-matmul"
     kind = "performance"
     summary = "float32 CUDA training without TF32 matmuls (`torch.set_float32_matmul_precision(\"high\")`)"
     fix_applicability = "unsafe"
-    triggers = ("backward",)
-    scope = "file"  # reads the whole module: its training loops, wherever they are
     torch_versions = ">=1.12"
+    already_decided = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
+    setting = '{torch}.set_float32_matmul_precision("high")'
+    fix_title = "Allow TF32 matmuls"
+    message = ("this float32 training runs its matmuls without TF32 tensor cores; add "
+               "`torch.set_float32_matmul_precision(\"high\")` after the imports")
 
-    @classmethod
-    def applies(cls, text: str) -> bool:
-        return may_train_on_cuda(text)
-
-    @classmethod
-    def precheck(cls, index: SyntaxIndex) -> bool:
-        return index.training_script()  # see RuleContext.cuda_training_script
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        source = self.ctx.source
-        loop = self.ctx.cuda_training_script()
-        if loop is None or uses_reduced_precision(source) or any(text in source for text in ALREADY_DECIDED):
-            return
-        edit = self.ctx.module_setting('{torch}.set_float32_matmul_precision("high")')
-        self.report(loop, "this float32 training runs its matmuls without TF32 tensor cores; add "
-                              "`torch.set_float32_matmul_precision(\"high\")` after the imports",
-                    self.fix("Allow TF32 matmuls", edit) if edit else None)
+    def wanted(self) -> bool:
+        return not uses_reduced_precision(self.ctx.source)

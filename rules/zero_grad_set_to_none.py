@@ -50,10 +50,10 @@ import ast
 
 import libcst as cst
 
-from torchlint.matching import argument, is_literal, remove_arg, replace_arg_value, set_keyword
-from torchlint.precheck import SyntaxIndex, has_star_args, is_literal as literal, keyword
-from torchlint.rule import Rule
-from torchlint.walk import visit
+from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, ast_is_literal, find_argument, is_literal
+from torchlint.analysis.walk import visit
+from torchlint.fixes import remove_arg, replace_arg_value, set_keyword
+from torchlint.rule import Rule, SyntaxIndex
 
 CUDA_GRAPH_MARKERS = ("CUDAGraph", "cuda.graph(", "make_graphed_callables")
 
@@ -83,10 +83,10 @@ class ZeroGradSetToNone(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `.zero_grad(set_to_none=False)`, or a bare `.zero_grad()` before torch 2.0
         for call in index.calls("zero_grad"):
-            flag = keyword(call, "set_to_none")
+            flag = ast_find_keyword(call, "set_to_none")
             flag = flag.value if flag is not None else call.args[0] if call.args else None
-            if isinstance(call.func, ast.Attribute) and not has_star_args(call) and (
-                    literal(flag, False) or not call.args and not call.keywords and index.target_torch < (2, 0)):
+            if isinstance(call.func, ast.Attribute) and not ast_has_star_args(call) and (
+                    ast_is_literal(flag, False) or not call.args and not call.keywords and index.target_torch < (2, 0)):
                 return True
         return False
 
@@ -95,8 +95,8 @@ class ZeroGradSetToNone(Rule):
             return
         if any(a.star for a in node.args) or any(marker in self.ctx.source for marker in CUDA_GRAPH_MARKERS):
             return
-        flag = argument(node, "set_to_none", 0)
-        if flag is None and not node.args and self.ctx.target_torch < (2, 0):
+        flag = find_argument(node, "set_to_none", 0)
+        if flag is None and not node.args and not self.ctx.torch_at_least("2.0"):
             message = ("`zero_grad()` writes zeros into every gradient before torch 2.0; "
                        "pass `set_to_none=True` to drop them instead")
             new = set_keyword(node, "set_to_none", cst.Name("True"))
@@ -105,7 +105,7 @@ class ZeroGradSetToNone(Rule):
             # drop the argument (the default is True since 2.0) unless the call spans lines,
             # where the argument may carry a comment
             one_line = "\n" not in self.ctx.code_for(node)
-            new = remove_arg(node, flag) if self.ctx.target_torch >= (2, 0) and one_line else \
+            new = remove_arg(node, flag) if self.ctx.torch_at_least("2.0") and one_line else \
                 replace_arg_value(node, flag, cst.Name("True"))
         else:
             return

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from torchlint.matching import argument
+from torchlint.analysis.syntax import find_argument as argument
 from torchlint.rule import Rule
 
 OPTIMIZERS = ("torch.optim.SGD", "torch.optim.Adam", "torch.optim.AdamW")

@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT, run_torchlint
 from torchlint.config import resolve_settings
 from torchlint.engine import fix_source, lint_source
-from torchlint.matching import dotted_name, keyword_arg, set_keyword
+from torchlint.analysis.syntax import dotted_name, find_keyword as keyword_arg
+from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, all_rules
 
 

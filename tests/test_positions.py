@@ -10,7 +10,7 @@ import pytest
 
 from torchlint import engine
 from torchlint.diagnostics import SourceText
-from torchlint.walk import walk
+from torchlint.analysis.walk import walk
 
 SOURCES = {
     "plain": "import torch\nx = torch.zeros(3).cuda()\n",

@@ -1,4 +1,4 @@
-"""The cheap first pass (torchlint/precheck.py) must never hide a finding: linting with the
+"""The cheap first pass (torchlint/analysis/index.py) must never hide a finding: linting with the
 prechecks gives exactly what linting without them gives, on every fixture and realistic script."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from torchlint import engine
 from torchlint.config import resolve_settings
-from torchlint.precheck import SyntaxIndex
+from torchlint.analysis.index import SyntaxIndex
 from torchlint.rule import Rule, all_rules
 
 ROOT = Path(__file__).resolve().parent.parent

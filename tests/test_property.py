@@ -177,7 +177,7 @@ def test_fixes_keep_generated_programs_valid(program):
 @settings(FUZZ, max_examples=30)
 @given(training_programs())
 def test_prechecks_hide_no_finding_in_generated_programs(program):
-    """The cheap first pass (torchlint/precheck.py) only skips work: with or without it, the same
+    """The cheap first pass (torchlint/analysis/index.py) only skips work: with or without it, the same
     findings, fixes included."""
     checked = settings_for(Path.cwd())
     with mock.patch.object(engine, "_prechecked", lambda rules, tree, source, settings: rules):

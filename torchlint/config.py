@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from torchlint import __version__
-from torchlint.rule import Rule, all_rules, parse_version
+from torchlint.rule import Rule, all_rules
+from torchlint.versions import parse_version
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,12 +17,14 @@ from libcst.metadata import PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from torchlint import guards
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import ast_first_line
+from torchlint.analysis.walk import visit, walk
+from torchlint.context import RuleContext
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity, SourceText, apply_edits
-from torchlint.matching import ImportMap
-from torchlint.precheck import SyntaxIndex, first_line
-from torchlint.rule import NodeEdit, Report, Rule, RuleContext
+from torchlint.fixes import NodeEdit
+from torchlint.rule import Report, Rule
 from torchlint.suppression import apply_noqa, skip_file
-from torchlint.walk import visit, walk
 
 SYNTAX_ERROR = ("TL000", "syntax-error")
 MAX_FIX_ROUNDS = 10
@@ -236,7 +238,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     try:
-        ctx = RuleContext(path=path, source=source, module=module, settings=settings, imports=ImportMap(module))
+        ctx = RuleContext(path=path, source=source, module=module, settings=settings)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
         if not ctx.reports:
@@ -350,7 +352,7 @@ def _positions(module: cst.Module, wanted: set[int]) -> dict:
 def _statement_lines(tree: ast.Module) -> list[int]:
     """The line where each of the module's statements starts in CPython's tree (its first
     decorator's, for a decorated one)."""
-    return [first_line(node) for node in tree.body]
+    return [ast_first_line(node) for node in tree.body]
 
 
 def _positions_by_statement(module: cst.Module, wanted: set[int], text: SourceText,

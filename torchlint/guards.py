@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from torchlint.walk import visit, walk
+from torchlint.analysis.walk import visit, walk
 
 _CODE = cst.Module(body=[])
 _CONSTANTS = frozenset({"True", "False", "None"})

@@ -1,0 +1,85 @@
+"""What TL102 requires-grad-then-move and TL201 move-after-create share: a tensor made by a
+factory and moved to a device right away, and the fix that makes it on the device."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+
+from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, ast_may_move,
+                                        tensor_factory)
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal
+from torchlint.fixes import FixSpec, set_keyword
+from torchlint.rule import Rule, RuleContext
+
+PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+# A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
+# A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
+# the pattern split a line of `#`s every possible way, in time exponential in its length.
+MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
+
+
+def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
+    """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
+    precheck twin of factory_move."""
+    wanted = index.names(names)
+    return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Call) and ast_callee(call.func.value) in wanted
+            and ast_may_move(index, call)]
+
+
+def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
+                 ) -> tuple[cst.Call, str, DeviceMove] | None:
+    """For ``torch.<factory>(...).cuda()`` / ``.to(<device>)``: the factory call, the factory's
+    name and the move; None for anything else (a move to the CPU included)."""
+    move = node.func
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+        return None
+    factory = tensor_factory(move.value, ctx.bindings)
+    if factory is None:
+        return None
+    target = ctx.devices.move(node, extra_names)
+    if target is None or target.to_cpu:
+        return None
+    return move.value, factory, target
+
+
+def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
+    """At the move call (ctx's current node): the factory asks for ``requires_grad=True`` and the
+    moved copy is kept as it is, not wrapped in ``nn.Parameter`` (which makes a new leaf) nor
+    detached."""
+    grad = find_keyword(factory_call, "requires_grad")
+    if grad is None or not is_literal(grad.value, True):
+        return False
+    consumer = ctx.parent
+    if isinstance(consumer, cst.Arg) and len(ctx.ancestors) > 2:
+        outer = ctx.ancestors[-3]
+        if isinstance(outer, cst.Call) and ctx.qualified_name(outer.func) in PARAMETER:
+            return False
+    if isinstance(consumer, cst.Attribute) and consumer.attr.value in ("detach", "detach_", "data"):
+        return False
+    return True
+
+
+def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
+                     move: DeviceMove) -> FixSpec | None:
+    """The fix that gives the factory the move's device (and dtype) and drops the move: safe for
+    deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``."""
+    if not move.understood or any(a.star == "**" for a in factory_call.args) \
+            or find_keyword(factory_call, "pin_memory") is not None:
+        return None  # the factory may already carry `device`, or the move does more than move
+    # a factory that already names a device computed its values there: another device may round
+    # differently (`linspace`, `arange` on floats)
+    safe = factory in DETERMINISTIC_FACTORIES and move.certain and find_keyword(factory_call, "device") is None
+    new = set_keyword(factory_call, "device", move.device)
+    if move.dtype is not None:
+        if find_keyword(factory_call, "dtype") is not None:
+            return None  # two conversions: their order matters
+        new = set_keyword(new, "dtype", move.dtype)
+        safe = safe and factory in EXACT_FACTORIES
+    new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
+    return rule.fix("Create the tensor on the device", rule.replace(node, new),
+                    applicability="safe" if safe else "unsafe")

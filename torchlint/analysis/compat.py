@@ -1,0 +1,68 @@
+"""Compatibility code: what exists for other library versions (an import guarded by ``try``, a
+fallback in an ``except ImportError``, a branch on a version test). Rewriting such code to the
+newer spelling removes the support it is there for."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.analysis.syntax import dotted_name, ends_in_exit
+
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+COMPATIBILITY_ERRORS = IMPORT_ERRORS | {"AttributeError", "TypeError", "NameError"}
+# An `if` test that picks code by library version or by whether an attribute exists.
+VERSION_TEST = re.compile(r"version|VERSION|_GREATER|_LESS|_AT_LEAST|_OLDER|_NEWER|\bhasattr\(")
+
+
+def _caught_names(handler: cst.ExceptHandler) -> list[str]:
+    types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    return [(dotted_name(t.value if isinstance(t, cst.Element) else t) or "").rsplit(".", 1)[-1] for t in types]
+
+
+def catches_compatibility_error(handler: cst.ExceptHandler) -> bool:
+    """An ``except`` clause that catches what a missing name or a changed signature raises."""
+    return handler.type is None or any(name in COMPATIBILITY_ERRORS for name in _caught_names(handler))
+
+
+def catches_import_error(node: cst.Try) -> bool:
+    """A ``try`` whose handlers catch a failed import (bare ``except``, ``ImportError``,
+    ``ModuleNotFoundError``, ``Exception``)."""
+    return any(handler.type is None or any(name in IMPORT_ERRORS for name in _caught_names(handler))
+               for handler in node.handlers)
+
+
+class Compatibility:
+    """Whether the current place of the walk is code for other versions."""
+
+    def __init__(self, module: cst.Module, ancestors: list[cst.CSTNode]):
+        self.module = module
+        self.ancestors = ancestors
+
+    def in_import_guard(self) -> bool:
+        """Inside the body of a ``try`` that catches a failed import (a fallback for other
+        versions: rewriting it may remove the very code that keeps them working)."""
+        for parent, child in zip(self.ancestors, self.ancestors[1:]):
+            if isinstance(parent, cst.Try) and child is parent.body and catches_import_error(parent):
+                return True
+        return False
+
+    def in_fallback(self) -> bool:
+        """Inside code that exists for other library versions: an ``except ImportError`` /
+        ``AttributeError`` / ``TypeError`` handler (the fallback when a newer spelling failed), or a
+        branch of an ``if`` or conditional expression that tests a version or whether an attribute
+        exists (``torch.amp.GradScaler(...) if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()``).
+        Code after such an ``if`` whose branch returns or raises is the other branch, written
+        without ``else``."""
+        for parent, child in zip(self.ancestors, self.ancestors[1:]):
+            if isinstance(parent, cst.ExceptHandler) and catches_compatibility_error(parent):
+                return True
+            if isinstance(parent, (cst.If, cst.IfExp)) and child is not parent.test \
+                    and VERSION_TEST.search(self.module.code_for_node(parent.test)):
+                return True
+            if isinstance(parent, cst.IndentedBlock) and child in parent.body and any(
+                    isinstance(earlier, cst.If) and VERSION_TEST.search(self.module.code_for_node(earlier.test))
+                    and ends_in_exit(earlier.body) for earlier in parent.body[:parent.body.index(child)]):
+                return True
+        return False

@@ -1,0 +1,140 @@
+"""CPython's syntax tree, indexed once for the prechecks.
+
+The engine builds CPython's tree of every file whose text passes some rule's ``applies`` (it
+measures the file's nesting with it before LibCST sees it), and LibCST's parse costs about ten
+times as much. So each rule may state, as ``Rule.precheck(index)``, the shapes it reports in terms
+of that tree: a file where no selected rule's shapes occur is never given to LibCST.
+
+A precheck is a necessary condition, never a sufficient one: it may say yes to a file the rule
+ends up silent on, and must never say no to one it would fire on. So a callee is matched by the
+last part of its name (``torch.nn.Conv2d`` by ``Conv2d``, whatever the import spelling, with
+``from ... import X as Y`` aliases followed), and "inside" means inside by lines.
+
+This module is the index itself; the questions prechecks ask of it live beside their LibCST
+answers (``loops.ast_training_loop_lines``, ``devices.ast_may_move``, ...), under ``ast_`` names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from torchlint.analysis.syntax import ast_callee, ast_first_line
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
+    """Every node of the tree by type: ``ast.walk`` without its generators (two and a half times
+    faster), leaving out the expression contexts (``Load``/``Store``) that no precheck reads."""
+    found: dict[type, list[ast.AST]] = {}
+    stack: list = [tree]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        node = pop()
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        if fields is None:
+            if not issubclass(kind, ast.AST):
+                continue  # a name in a list of names (`global a, b`), or None (`{**d}`'s key)
+            fields = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+        nodes = found.get(kind)
+        if nodes is None:
+            found[kind] = [node]
+        else:
+            nodes.append(node)
+        for name in fields:
+            value = getattr(node, name, None)
+            if value.__class__ is list:
+                extend(value)
+            elif isinstance(value, ast.AST):
+                push(value)
+    return found
+
+
+def span(node: ast.AST) -> tuple[int, int]:
+    """The lines a node covers, its decorators included."""
+    return ast_first_line(node), node.end_lineno
+
+
+def last_parts(qualified: Iterable[str]) -> frozenset[str]:
+    """``{"torch.nn.Conv2d"}`` -> ``{"Conv2d"}``: how a precheck matches what a rule qualifies."""
+    return frozenset(name.rsplit(".", 1)[-1] for name in qualified)
+
+
+class SyntaxIndex:
+    """One walk over CPython's tree: its nodes by type, and the file's ``from ... import ... as``
+    aliases, with a memo for the answers the ``ast_`` questions compute once per file."""
+
+    def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,)):
+        self.tree = tree
+        self.source = source
+        self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
+        self._by_type = _by_type(tree)
+        self._line_count = max(source.count("\n"), source.count("\r")) + 1
+        self._calls_by_callee: dict[str | None, list[ast.Call]] | None = None
+        self._memo: dict[Any, Any] = {}
+        self._aliases: dict[str, set[str]] = {}  # local name -> last parts of what it may name
+        for node in self._by_type.get(ast.ImportFrom, ()):
+            for alias in node.names:
+                if alias.asname:
+                    self._aliases.setdefault(alias.asname, set()).add(alias.name.rsplit(".", 1)[-1])
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per file for each ``key``."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def nodes(self, *types: type) -> list:
+        if len(types) == 1:
+            return self._by_type.get(types[0], [])
+        return [node for kind in types for node in self._by_type.get(kind, ())]
+
+    def names(self, names: Iterable[str]) -> frozenset[str]:
+        """``names`` and the local aliases of any of them."""
+        wanted = set(names)
+        return frozenset(wanted | {local for local, named in self._aliases.items() if named & wanted})
+
+    def calls(self, *names: str) -> list[ast.Call]:
+        """The calls of anything whose name ends in one of ``names``."""
+        if self._calls_by_callee is None:
+            self._calls_by_callee = {}
+            for call in self.nodes(ast.Call):
+                self._calls_by_callee.setdefault(ast_callee(call), []).append(call)
+        return [call for name in self.names(names) for call in self._calls_by_callee.get(name, ())]
+
+    def calls_of(self, qualified: Iterable[str]) -> list[ast.Call]:
+        """The calls that may call one of the ``qualified`` names a rule matches
+        (``torch.nn.DataParallel``): the precheck twin of comparing ``ctx.qualified_name``."""
+        return self.calls(*last_parts(qualified))
+
+    def is_call(self, node: ast.AST, *names: str) -> bool:
+        return isinstance(node, ast.Call) and ast_callee(node) in self.names(names)
+
+    def classes_deriving(self, *names: str) -> list[ast.ClassDef]:
+        """Classes with a base whose name ends in one of ``names``, and the classes of the file
+        that derive from those."""
+        roots, found = self.names(names), []
+        classes = self.nodes(ast.ClassDef)
+        changed = True
+        while changed:
+            changed = False
+            for node in classes:
+                if node in found:
+                    continue
+                bases = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", None) for b in node.bases}
+                if bases & roots or bases & {c.name for c in found}:
+                    found.append(node)
+                    changed = True
+        return found
+
+    def lines(self, containers: Iterable[ast.AST]) -> bytearray:
+        """A mask of the lines the containers cover: ``mask[node.lineno]`` says whether a node
+        starts inside one of them."""
+        mask = bytearray(self._line_count + 2)
+        for container in containers:
+            start, end = span(container)
+            mask[start:end + 1] = b"\1" * (end + 1 - start)
+        return mask

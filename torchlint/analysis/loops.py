@@ -1,0 +1,435 @@
+"""Loops and training steps: which loops train (call ``backward``), which evaluate a model, what
+runs once per step, and whether gradients are on at a place.
+
+"The training loop" is a ``for``/``while`` loop whose body calls ``.backward(`` (or
+``accelerator.backward(loss)``, ``self.manual_backward(loss)``, ``torch.autograd.backward``), or a
+Lightning ``training_step``. Questions about the current place read the live ancestor stack of
+the walk (``Loops(..., ancestors=ctx.ancestors)``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from functools import cached_property
+
+import libcst as cst
+
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.index import SyntaxIndex, span
+from torchlint.analysis.syntax import dotted_name, is_literal, method_call, root_names
+from torchlint.analysis.walk import visit
+
+LOOPS = (cst.For, cst.While)
+AST_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
+# Methods that backpropagate their first argument: Accelerate, Fabric, Lightning.
+BACKWARD_METHODS = frozenset({"manual_backward"})
+# The names of the methods and functions that backpropagate, as a precheck matches them.
+BACKWARD_CALLEES = frozenset({"backward", "manual_backward"})
+NO_GRAD_CONTEXTS = frozenset({
+    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
+    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
+})
+GRAD_SWITCHES = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+                           "torch.autograd.grad_mode.set_grad_enabled"})
+EVAL_FUNCTION = re.compile(
+    r"(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|predict|inference|infer)(_|$)")
+# The last part of a name that holds a model (``model``, ``self.net``, ``text_encoder``) or a
+# loader of batches (``train_loader``, ``val_dataloader``, ``batches``).
+MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|teacher|student)$",
+                        re.IGNORECASE)
+LOADER_NAME = re.compile(r"(^|_)(loader|dataloader|dl|batches|dataset|ds)$", re.IGNORECASE)
+# Wrappers a loop may iterate a loader through: `enumerate(loader)`, `tqdm(loader)`.
+ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
+                                "rich.progress.track"})
+
+
+# --- backward ----------------------------------------------------------------------------------------
+
+class _BackwardFinder(cst.CSTVisitor):
+    """Collects what a subtree backpropagates: ``loss.backward()`` -> {"loss"}."""
+
+    def __init__(self, bindings: Bindings):
+        self.bindings = bindings
+        self.names: set[str] = set()
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            self.found = True
+            target = func.value
+            # scaler.scale(loss).backward(): the scaled value is the loss
+            if method_call(target, "scale") and target.args:
+                target = target.args[0].value
+            self.names |= root_names(target)
+            # accelerator.backward(loss) / fabric.backward(loss): the argument is the loss
+            if node.args and node.args[0].keyword is None:
+                self.names |= root_names(node.args[0].value)
+        elif (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
+                self.bindings.qualified_name(func) in BACKWARD_FUNCTIONS:
+            self.found = True
+            if node.args:
+                self.names |= root_names(node.args[0].value)
+
+    # Functions defined inside a loop do not run as part of it.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def ast_training_loop_lines(index: SyntaxIndex) -> bytearray:
+    """Lines of the loops that hold a call of ``backward`` (``loss.backward()``,
+    ``accelerator.backward(loss)``, ``torch.autograd.backward(loss)``, ``self.manual_backward(loss)``)."""
+    def compute() -> bytearray:
+        backward = index.calls(*BACKWARD_CALLEES)
+        return index.lines(loop for loop in index.nodes(*AST_LOOPS)
+                           if any(span(loop)[0] <= call.lineno <= span(loop)[1] for call in backward))
+    return index.memo("training_loop_lines", compute)
+
+
+def ast_loop_lines(index: SyntaxIndex) -> bytearray:
+    """Lines inside any loop."""
+    return index.memo("loop_lines", lambda: index.lines(index.nodes(*AST_LOOPS)))
+
+
+# --- grad mode ---------------------------------------------------------------------------------------
+
+def with_item_disables_grad(item: cst.WithItem, bindings: Bindings) -> bool:
+    expr = item.item
+    func = expr.func if isinstance(expr, cst.Call) else expr
+    name = bindings.qualified_name(func)
+    if name in NO_GRAD_CONTEXTS:
+        return True
+    if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and isinstance(expr, cst.Call):
+        return bool(expr.args) and is_literal(expr.args[0].value, False)
+    return False
+
+
+def decorator_disables_grad(decorator: cst.Decorator, bindings: Bindings) -> bool:
+    expr = decorator.decorator
+    func = expr.func if isinstance(expr, cst.Call) else expr
+    return bindings.qualified_name(func) in NO_GRAD_CONTEXTS or grad_switch_off(expr, bindings) is True
+
+
+def grad_switch_off(node: cst.CSTNode, bindings: Bindings) -> bool | None:
+    """For a ``torch.set_grad_enabled(x)`` call: True when x is False, False when it is True, None
+    for anything else."""
+    if not isinstance(node, cst.Call) or bindings.qualified_name(node.func) not in GRAD_SWITCHES:
+        return None
+    if len(node.args) != 1 or node.args[0].star:
+        return None
+    value = node.args[0].value
+    return True if is_literal(value, False) else (False if is_literal(value, True) else None)
+
+
+def is_eval_call(node: cst.CSTNode) -> bool:
+    """``model.eval()`` (no arguments: ``eval(expr)`` is the builtin)."""
+    return method_call(node, "eval") is not None and not node.args
+
+
+class _ModeCalls(cst.CSTVisitor):
+    """``model.eval()`` / ``model.train(False)`` -> "eval", ``model.train()`` -> "train", in order."""
+
+    def __init__(self) -> None:
+        self.modes: list[str] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_eval_call(node):
+            self.modes.append("eval")
+        elif method_call(node, "train") and not any(a.keyword and a.keyword.value != "mode" for a in node.args):
+            self.modes.append("eval" if node.args and is_literal(node.args[0].value, False) else "train")
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+def last_mode_call(statements: Sequence[cst.CSTNode]) -> str | None:
+    """The mode the last ``.eval()``/``.train()`` call among statements sets, if any."""
+    finder = _ModeCalls()
+    for statement in statements:
+        visit(statement, finder)
+    return finder.modes[-1] if finder.modes else None
+
+
+# --- what runs how often -------------------------------------------------------------------------------
+
+class _RemainderFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        # `step % 100`, not `"%d" % step`
+        if isinstance(node.operator, cst.Modulo) and not isinstance(
+                node.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+            self.found = True
+
+
+def is_periodic_test(test: cst.BaseExpression) -> bool:
+    """A condition that holds every k-th step: it takes a remainder (``step % 100 == 0``)."""
+    finder = _RemainderFinder()
+    visit(test, finder)
+    return finder.found
+
+
+class _ModelCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward" \
+            else node.func
+        name = dotted_name(func)
+        if name is not None and MODEL_NAME.search(name.rsplit(".", 1)[-1]):
+            self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+def calls_model(node: cst.CSTNode) -> bool:
+    """Does the subtree call something named like a model (``model(x)``, ``self.net(x)``)?"""
+    finder = _ModelCalls()
+    visit(node, finder)
+    return finder.found
+
+
+def iterated_value(loop: cst.For, bindings: Bindings) -> cst.BaseExpression:
+    """What a for loop iterates, inside ``enumerate``/``tqdm``/``iter`` wrappers:
+    ``for i, (x, y) in enumerate(tqdm(train_loader))`` -> ``train_loader``."""
+    expr = loop.iter
+    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star \
+            and (dotted_name(expr.func) in ITERATION_WRAPPERS or bindings.qualified_name(expr.func) in ITERATION_WRAPPERS):
+        expr = expr.args[0].value
+    return expr
+
+
+def iterated_name(loop: cst.For, bindings: Bindings) -> str | None:
+    """The dotted name a for loop iterates (see ``iterated_value``), if it is one."""
+    return dotted_name(iterated_value(loop, bindings))
+
+
+# --- the loops of a file, and around the current place ---------------------------------------------------
+
+class Loops:
+    """The file's training and evaluation loops, and the loops around the current place of the walk."""
+
+    def __init__(self, module: cst.Module, bindings: Bindings, ancestors: list[cst.CSTNode]):
+        self.module = module
+        self.bindings = bindings
+        self.ancestors = ancestors  # the walk's live stack: the module ... the current node
+        self._backpropagated: dict[int, frozenset[str] | None] = {}
+        self._nested: dict[int, list[cst.CSTNode]] = {}
+
+    def backpropagated_names(self, loop: cst.CSTNode) -> frozenset[str] | None:
+        """Names a loop (or any subtree) backpropagates (``loss`` in ``loss.backward()``); None if
+        it never calls backward, so a loop is not a training loop."""
+        key = id(loop)
+        if key not in self._backpropagated:
+            finder = _BackwardFinder(self.bindings)
+            visit(loop, finder)
+            self._backpropagated[key] = frozenset(finder.names) if finder.found else None
+        return self._backpropagated[key]
+
+    def enclosing_loops(self) -> list[cst.CSTNode]:
+        """Enclosing for/while loops, innermost first, up to the enclosing function (its callers'
+        loops are not visible)."""
+        loops = []
+        for node in reversed(self.ancestors[:-1]):
+            if isinstance(node, SCOPES):
+                break
+            if isinstance(node, LOOPS):
+                loops.append(node)
+        return loops
+
+    def training_loop(self) -> cst.CSTNode | None:
+        """The outermost enclosing for/while loop that calls ``.backward(``, if any."""
+        found = None
+        for loop in self.enclosing_loops():
+            if self.backpropagated_names(loop) is not None:
+                found = loop
+        return found
+
+    def in_training_step(self) -> bool:
+        """Inside a Lightning ``training_step`` (the loop runs in the Trainer)."""
+        function = self._enclosing_function()
+        return function is not None and function.name.value == "training_step"
+
+    def in_training_loop(self) -> bool:
+        return self.training_loop() is not None or self.in_training_step()
+
+    def step_loop(self) -> cst.CSTNode | None:
+        """The loop around the current node whose every iteration is one training step: the
+        innermost enclosing loop (in this function) that calls backward. None when there is none,
+        or when that loop also holds another loop that calls backward and the current node is not
+        in it: then the node runs once per pass of that inner loop (an epoch loop)."""
+        ancestors = {id(node) for node in self.ancestors}
+        for loop in self.enclosing_loops():
+            if self.backpropagated_names(loop) is None:
+                continue
+            inner = [other for other in self.nested_loops(loop)
+                     if id(other) not in ancestors and self.backpropagated_names(other) is not None]
+            return None if inner else loop
+        return None
+
+    def nested_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """Every for/while loop inside ``loop``'s body (functions defined there left out)."""
+        if id(loop) not in self._nested:
+            found: list[cst.CSTNode] = []
+
+            class Loops(cst.CSTVisitor):
+                def on_visit(self, node: cst.CSTNode) -> bool:
+                    if isinstance(node, LOOPS):
+                        found.append(node)
+                    return not isinstance(node, SCOPES)
+
+            visit(loop.body, Loops())
+            self._nested[id(loop)] = found
+        return self._nested[id(loop)]
+
+    @cached_property
+    def training_loops(self) -> list[cst.CSTNode]:
+        """The file's outermost training loops: for/while loops that call ``.backward(`` and are
+        not inside another such loop of the same function, in source order."""
+        found: list[cst.CSTNode] = []
+        outer = self
+
+        class TrainingLoops(cst.CSTVisitor):
+            def visit_For(self, node: cst.CSTNode) -> bool:
+                if outer.backpropagated_names(node) is not None:
+                    found.append(node)
+                    return False  # loops inside it are not outermost; functions inside it are rare
+                return True
+
+            visit_While = visit_For
+
+        visit(self.module, TrainingLoops())
+        return found
+
+    # evaluation ---------------------------------------------------------------------------------------
+    def evaluation_loop(self) -> cst.CSTNode | None:
+        """The loop that evaluates a model around the current node, or None. Its enclosing loops
+        from the innermost out must call no backward (an epoch loop that also trains further out
+        is fine), and either the last ``.eval()``/``.train()`` call before one of these loops (in
+        its block, or in an enclosing block up to the function) puts a model in eval mode: the
+        loop right after it; or there is no such call, the function calls no backward at all and
+        is named like evaluation (``validate``, ``evaluate``, ``test_epoch``...): the outermost
+        such loop."""
+        found = self._evaluation()
+        return found[0] if found else None
+
+    def eval_mode_set(self) -> bool:
+        """The evaluation loop around the current node follows a ``model.eval()`` call (rather
+        than being known only by its function's name)."""
+        found = self._evaluation()
+        return bool(found and found[1])
+
+    def _evaluation(self) -> tuple[cst.CSTNode, bool] | None:
+        candidates = []
+        for loop in self.enclosing_loops():
+            if self.backpropagated_names(loop) is not None:
+                break
+            candidates.append(loop)
+        if not candidates:
+            return None
+        # walk out from the innermost loop: the statements before it in each enclosing block
+        chain = self.ancestors[:-1]
+        loop_here = candidates[0]
+        for i in range(chain.index(loop_here), 0, -1):
+            node, parent = chain[i], chain[i - 1]
+            if isinstance(node, SCOPES):
+                break
+            if isinstance(node, LOOPS):
+                if self.backpropagated_names(node) is not None:
+                    break
+                loop_here = node
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                mode = last_mode_call(body[: body.index(node)])
+                if mode is not None:
+                    return (loop_here, True) if mode == "eval" else None
+        function = self._enclosing_function()
+        if function is not None and EVAL_FUNCTION.search(function.name.value) \
+                and len(candidates) == len(self.enclosing_loops()) \
+                and self.backpropagated_names(function.body) is None:
+            return candidates[-1], False
+        return None
+
+    def grad_disabled(self) -> bool:
+        """Under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``: as a with
+        block, as a decorator of an enclosing function, or after a ``torch.set_grad_enabled(False)``
+        statement earlier in the function (with no ``set_grad_enabled(True)`` after it)."""
+        chain = self.ancestors[:-1]
+        for node in chain:
+            if isinstance(node, cst.With) and any(with_item_disables_grad(item, self.bindings) for item in node.items):
+                return True
+            if isinstance(node, cst.FunctionDef) and any(decorator_disables_grad(d, self.bindings)
+                                                         for d in node.decorators):
+                return True
+        for i in range(len(self.ancestors) - 1, 0, -1):
+            node, parent = self.ancestors[i], self.ancestors[i - 1]
+            if isinstance(node, SCOPES):
+                break
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                for statement in reversed(body[: body.index(node)]):
+                    switch = self._grad_switch(statement)
+                    if switch is not None:
+                        return switch
+        return False
+
+    def _grad_switch(self, statement: cst.CSTNode) -> bool | None:
+        """A statement line that is a ``torch.set_grad_enabled(...)`` call: True for False, False
+        for True."""
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in reversed(statement.body):
+                if isinstance(small, cst.Expr):
+                    switch = grad_switch_off(small.value, self.bindings)
+                    if switch is not None:
+                        return switch
+        return None
+
+    # loops over a value ---------------------------------------------------------------------------------
+    @cached_property
+    def _loops_by_iterable(self) -> dict[str, list[cst.For]]:
+        index: dict[str, list[cst.For]] = {}
+        bindings = self.bindings
+
+        class ForLoops(cst.CSTVisitor):
+            def visit_For(self, node: cst.For) -> None:
+                iterated = iterated_name(node, bindings)
+                if iterated is not None:
+                    index.setdefault(iterated, []).append(node)
+
+        visit(self.module, ForLoops())
+        return index
+
+    def loops_over(self, name: str | None) -> list[cst.For]:
+        """The for loops of the file that iterate ``name`` (through enumerate/tqdm wrappers)."""
+        return self._loops_by_iterable.get(name or "", [])
+
+    def iterating_loops(self, bound_name: str | None) -> list[cst.For]:
+        """The for loops that iterate the value the current node builds: through the name it is
+        assigned to once (``bound_name``: ``loader = DataLoader(...)`` ... ``for x in loader``), or
+        in place (``for x in DataLoader(...)``)."""
+        node = self.ancestors[-1]
+        if bound_name is not None:
+            return self.loops_over(bound_name) if self.bindings.value_of(bound_name) is node else []
+        for ancestor in reversed(self.ancestors[:-1]):
+            if isinstance(ancestor, cst.For):
+                iterated = ancestor.iter
+                while isinstance(iterated, cst.Call) and iterated.args and iterated is not node:
+                    iterated = iterated.args[0].value
+                return [ancestor] if iterated is node else []
+            if not isinstance(ancestor, (cst.Call, cst.Arg)):
+                return []
+        return []
+
+    def _enclosing_function(self) -> cst.FunctionDef | None:
+        return next((n for n in reversed(self.ancestors[:-1]) if isinstance(n, cst.FunctionDef)), None)

@@ -1,0 +1,53 @@
+"""Models: the file's ``torch.nn`` module classes and the layers it builds."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.frameworks import LIGHTNING_MODULE_PATHS, lightning_names
+from torchlint.analysis.walk import visit
+
+CONVOLUTIONS = {f"torch.nn.{module}{kind}{dim}d": dim for module in ("", "modules.conv.")
+                for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose") for dim in (1, 2, 3)}
+
+
+def convolution_dimension(qualified: str | None) -> int | None:
+    """1, 2 or 3 for ``nn.Conv1d``/``Conv2d``/``Conv3d`` and their transposed and lazy forms; 2
+    for a ``torchvision.models`` network (image models: 2-D convolutions); else None."""
+    if qualified is None:
+        return None
+    if qualified.startswith("torchvision.models."):
+        return 2
+    return CONVOLUTIONS.get(qualified)
+
+
+class Modules:
+    def __init__(self, module: cst.Module, bindings: Bindings):
+        self.module = module
+        self.bindings = bindings
+
+    @cached_property
+    def classes(self) -> frozenset[str]:
+        """Names of the classes in the file that are ``torch.nn`` modules: deriving from a
+        ``torch.nn`` class (``nn.Module``, ``nn.Sequential``...), from ``LightningModule``, or from
+        another such class of the file."""
+        return self.bindings.derived_classes(lambda name: (name or "").startswith("torch.nn.")
+                                             or lightning_names(name, *LIGHTNING_MODULE_PATHS))
+
+    @cached_property
+    def convolution_dimensions(self) -> frozenset[int]:
+        """The dimensions of the convolutions the file builds (see convolution_dimension)."""
+        found: set[int] = set()
+        bindings = self.bindings
+
+        class Convolutions(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                dimension = convolution_dimension(bindings.qualified_name(node.func))
+                if dimension is not None:
+                    found.add(dimension)
+
+        visit(self.module, Convolutions())
+        return frozenset(found)

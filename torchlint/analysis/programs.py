@@ -1,0 +1,100 @@
+"""What kind of code a place is: a program run as a script (where process-wide settings belong),
+a CUDA training script, or test code (where performance advice does not apply)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import libcst as cst
+
+from torchlint.analysis.devices import mentions_cuda
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
+from torchlint.analysis.syntax import is_main_guard
+
+
+class Programs:
+    def __init__(self, path: str, source: str, module: cst.Module, loops: Loops, root: Path | None,
+                 ancestors: list[cst.CSTNode]):
+        self.path = path
+        self.source = source
+        self.module = module
+        self.loops = loops
+        self.root = root
+        self.ancestors = ancestors
+
+    @cached_property
+    def is_script(self) -> bool:
+        """The file is run as a program: it has an ``if __name__ == "__main__":`` block or a
+        training loop outside any function. Process-wide settings (``cudnn.benchmark``, the matmul
+        precision) belong in such entry points, not in library modules or test helpers that other
+        code imports."""
+        def top_level(statements) -> bool:
+            for statement in statements:
+                if is_main_guard(statement):
+                    return True
+                if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                    continue
+                if isinstance(statement, LOOPS) and self.loops.backpropagated_names(statement) is not None:
+                    return True
+                for attr in ("body", "orelse", "finalbody"):
+                    child = getattr(statement, attr, None)
+                    if isinstance(child, cst.IndentedBlock) and top_level(child.body):
+                        return True
+                    if isinstance(child, cst.Else) and top_level(child.body.body):
+                        return True
+                    if isinstance(child, cst.If) and top_level([child]):
+                        return True
+            return False
+
+        return top_level(self.module.body)
+
+    def cuda_training_script(self) -> cst.CSTNode | None:
+        """The first training loop of a script (see ``is_script``) that names CUDA: where rules
+        about a whole training run (its precision, its process-wide settings) report."""
+        loops = self.loops.training_loops
+        if loops and self.is_script and mentions_cuda(self.source):
+            return loops[0]
+        return None
+
+    @cached_property
+    def _test_file(self) -> bool:
+        path = Path(self.path)
+        try:  # folders above the project root say nothing (a checkout in ~/test/)
+            path = path.resolve().relative_to(Path(self.root).resolve()) if self.root is not None else path
+        except (ValueError, OSError):
+            pass
+        parts = path.as_posix().split("/")
+        name = parts[-1]
+        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
+            or any(part in ("tests", "test", "testing") for part in parts[:-1])
+
+    def in_test_code(self) -> bool:
+        """In a test: a file named ``test_*.py``/``*_test.py``/``conftest.py`` or under a
+        ``tests``/``testing`` folder, a ``test_*`` function, or a method of a ``Test*``/``*Test``/
+        ``TestCase`` class. Performance advice does not apply there."""
+        if self._test_file:
+            return True
+        for node in self.ancestors:
+            if isinstance(node, cst.FunctionDef) and node.name.value.startswith("test_"):
+                return True
+            if isinstance(node, cst.ClassDef) and (node.name.value.startswith("Test") or node.name.value.endswith(
+                    ("Test", "Tests", "TestCase"))):
+                return True
+        return False
+
+
+def ast_is_script(index: SyntaxIndex) -> bool:
+    """The file may run as a program: it has an ``if __name__ == "__main__":`` or a training loop
+    outside any function (see Programs.is_script)."""
+    if "__main__" in index.source:
+        return True
+    functions = index.lines(index.nodes(*AST_FUNCTIONS))
+    training = ast_training_loop_lines(index)
+    return any(not functions[loop.lineno] for loop in index.nodes(*AST_LOOPS) if training[loop.lineno])
+
+
+def ast_training_script(index: SyntaxIndex) -> bool:
+    """A training loop, in a file that may run as a program."""
+    return any(ast_training_loop_lines(index)) and ast_is_script(index)

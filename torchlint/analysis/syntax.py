@@ -1,0 +1,319 @@
+"""One node at a time: names, calls and their arguments, literals, statements.
+
+The LibCST answers take ``cst`` nodes; their CPython-``ast`` twins, used by the prechecks, carry
+an ``ast_`` prefix and share a name with a LibCST answer only when they mean the same thing.
+Verbs say what a function does: ``find_*`` returns a node or None, ``is_*``/``has_*`` answer yes
+or no. Nothing here knows about PyTorch.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+
+import libcst as cst
+
+from torchlint.analysis.walk import visit
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def dotted_name(expr: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+def ast_dotted_name(expr: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of names, else None."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def ast_callee(call: ast.Call) -> str | None:
+    """The last part of what a call calls: ``Conv2d`` for ``nn.Conv2d(...)``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def root_names(expr: cst.BaseExpression) -> set[str]:
+    """Names an expression's value derives from: ``(a + b.mean()).sum()`` -> {a, b}."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return root_names(expr.value)
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute):
+            return root_names(expr.func.value)
+        return set()
+    if isinstance(expr, cst.BinaryOperation):
+        return root_names(expr.left) | root_names(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return root_names(expr.expression)
+    if isinstance(expr, cst.Subscript):
+        return root_names(expr.value)
+    return set()
+
+
+class _NameReader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Every identifier written in a subtree."""
+    reader = _NameReader()
+    visit(node, reader)
+    return reader.names
+
+
+def target_names(target: cst.BaseExpression) -> set[str]:
+    """The plain names an assignment target binds: ``a``, ``(a, b)``, ``[a, *rest]``."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in target_names(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()
+
+
+# --- calls and arguments -------------------------------------------------------------------------
+
+
+def find_keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    """The ``name=`` argument of a call."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def ast_find_keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    return next((k for k in call.keywords if k.arg == name), None)
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def has_star_args(call: cst.Call) -> bool:
+    """``*args`` or ``**kwargs``: the call may carry any argument we cannot see."""
+    return any(a.star for a in call.args)
+
+
+def ast_has_star_args(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def find_argument(call: cst.Call, name: str, index: int | None = None) -> cst.Arg | None:
+    """The argument bound to parameter ``name`` (keyword) or at positional ``index``."""
+    found = find_keyword(call, name)
+    if found is None and index is not None:
+        positional = positional_args(call)
+        if len(positional) > index and not any(a.star == "*" for a in call.args[: index + 1]):
+            found = positional[index]
+    return found
+
+
+def method_call(node: cst.CSTNode, *names: str) -> cst.Attribute | None:
+    """If node is ``<obj>.<name>(...)`` for one of names, the Attribute, else None."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
+        return node.func
+    return None
+
+
+def function_parameters(function: cst.FunctionDef | cst.Lambda) -> list[str]:
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)] + [
+        p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+
+
+# --- literals ------------------------------------------------------------------------------------
+
+
+def is_literal(expr: cst.BaseExpression | None, value: object) -> bool:
+    """``True``/``False``/``None`` or an int literal equal to value (``True`` is not ``1``)."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[expr.value] is value
+    if isinstance(expr, cst.Integer) and isinstance(value, int) and not isinstance(value, bool):
+        return expr.evaluated_value == value
+    return False
+
+
+def ast_is_literal(expr: ast.AST | None, value: object) -> bool:
+    return isinstance(expr, ast.Constant) and type(expr.value) is type(value) and expr.value == value
+
+
+def string_value(expr: cst.BaseExpression | None) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        try:
+            value = expr.evaluated_value
+        except Exception:  # noqa: BLE001 - odd prefixes; not a plain string then
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def literal_value(expr: cst.BaseExpression) -> tuple[bool, object]:
+    """(True, value) for a plain literal (str, int, float, True/False/None, a list of ints),
+    else (False, None)."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return True, {"True": True, "False": False, "None": None}[expr.value]
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True, expr.evaluated_value
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) \
+            and isinstance(expr.expression, (cst.Integer, cst.Float)):
+        return True, -expr.expression.evaluated_value
+    text = string_value(expr)
+    if text is not None:
+        return True, text
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        values = [literal_value(e.value) for e in expr.elements if not isinstance(e, cst.StarredElement)]
+        if len(values) == len(expr.elements) and all(ok for ok, _ in values):
+            return True, [v for _, v in values]
+    return False, None
+
+
+def same_literal(a: object, b: object) -> bool:
+    """Equal and of the same type (``True`` is not ``1``, ``16`` is not ``"16"``)."""
+    return type(a) is type(b) and a == b
+
+
+# --- statements ----------------------------------------------------------------------------------
+
+
+def statements(body: Sequence[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+    """Every statement, nested ones included, without descending into expressions."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for attr in ("body", "orelse", "finalbody"):
+            child = getattr(stmt, attr, None)
+            if isinstance(child, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                yield from statements(child.body)
+            elif isinstance(child, (cst.Else, cst.Finally, cst.If)):
+                yield from statements([child] if isinstance(child, cst.If) else child.body.body)
+        for handler in getattr(stmt, "handlers", ()):
+            yield from statements(handler.body.body)
+        for case in getattr(stmt, "cases", ()):
+            yield from statements(case.body.body)
+
+
+def small_statements(module: cst.Module) -> Iterator[cst.BaseSmallStatement]:
+    for stmt in statements(module.body):
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            yield from stmt.body
+        elif isinstance(getattr(stmt, "body", None), cst.SimpleStatementSuite):
+            yield from stmt.body.body
+
+
+def last_simple_statement(statement: cst.CSTNode) -> cst.CSTNode | None:
+    """The simple statement line (or one-line suite) a statement's code ends with: its span ends
+    with that line's last small statement; what follows (a trailing comment, the newline, block
+    footers) lies outside the span."""
+    node = statement
+    while True:
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return node
+        if isinstance(node, cst.IndentedBlock):
+            if not node.body:
+                return None
+            node = node.body[-1]
+            continue
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            node = node.finalbody or node.orelse or (node.handlers[-1] if node.handlers else node.body)
+        elif isinstance(node, (cst.If, cst.For, cst.While)) and node.orelse is not None:
+            node = node.orelse
+        elif isinstance(node, cst.Match):
+            node = node.cases[-1]
+        elif hasattr(node, "body"):
+            node = node.body
+        else:
+            return None
+
+
+def bare_call(statement: cst.CSTNode) -> cst.Call | None:
+    """The call of a statement line that is nothing but one call (``optimizer.step()``)."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call):
+        return statement.body[0].value
+    return None
+
+
+def ends_in_exit(block: cst.BaseSuite) -> bool:
+    """Does the block end with ``return`` or ``raise`` (so what follows it is the other branch)?"""
+    last = block.body[-1] if block.body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, (cst.Return, cst.Raise))
+
+
+def is_main_guard(statement: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":`` (either operand order)."""
+    if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+        return False
+    test = statement.test
+    if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = {dotted_name(test.left) or string_value(test.left),
+             dotted_name(test.comparisons[0].comparator) or string_value(test.comparisons[0].comparator)}
+    return sides == {"__name__", "__main__"}
+
+
+def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
+    """The ``return`` statements of a function (not those of functions nested in it)."""
+    found: list[cst.Return] = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    visit(function, Returns())
+    return found
+
+
+class _Contains(cst.CSTVisitor):
+    def __init__(self, target: cst.CSTNode):
+        self.target = target
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is self.target:
+            self.found = True
+        return not self.found
+
+
+def contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
+    """Is ``target`` (by identity) ``tree`` or inside it?"""
+    finder = _Contains(target)
+    visit(tree, finder)
+    return finder.found
+
+
+def ast_first_line(node: ast.AST) -> int:
+    """The line a statement starts on, its decorators included (LibCST counts them as its children)."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])

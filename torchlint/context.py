@@ -1,0 +1,135 @@
+"""What every rule sees of the file being linted: its text and tree, the settings, the place the
+walk is at, and the semantic model's analyses, each built the first time a rule asks for it.
+
+Knowledge lives in the analyses (``torchlint/analysis/``, a file per question); this class only
+holds the file and hands them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.compat import Compatibility
+from torchlint.analysis.devices import Devices
+from torchlint.analysis.frameworks import Lightning
+from torchlint.analysis.loops import Loops
+from torchlint.analysis.modules import Modules
+from torchlint.analysis.programs import Programs
+from torchlint.analysis.syntax import dotted_name
+from torchlint.versions import at_least
+
+if TYPE_CHECKING:
+    from torchlint.rule import Report
+
+
+@dataclass
+class RuleContext:
+    path: str
+    source: str
+    module: cst.Module
+    settings: Any  # torchlint.config.Settings
+    ancestors: list[cst.CSTNode] = field(default_factory=list)  # the module ... the current node
+    reports: list[Report] = field(default_factory=list)
+
+    # the semantic model ---------------------------------------------------------------------------
+    @cached_property
+    def bindings(self) -> Bindings:
+        return Bindings(self.module)
+
+    @cached_property
+    def loops(self) -> Loops:
+        return Loops(self.module, self.bindings, self.ancestors)
+
+    @cached_property
+    def devices(self) -> Devices:
+        return Devices(self.bindings)
+
+    @cached_property
+    def compat(self) -> Compatibility:
+        return Compatibility(self.module, self.ancestors)
+
+    @cached_property
+    def programs(self) -> Programs:
+        return Programs(self.path, self.source, self.module, self.loops, getattr(self.settings, "root", None),
+                        self.ancestors)
+
+    @cached_property
+    def modules(self) -> Modules:
+        return Modules(self.module, self.bindings)
+
+    @cached_property
+    def lightning(self) -> Lightning:
+        return Lightning(self.bindings, self.ancestors)
+
+    # versions ---------------------------------------------------------------------------------------
+    @property
+    def target_torch(self) -> tuple[int, ...]:
+        return self.settings.target_torch
+
+    def torch_at_least(self, version: str) -> bool:
+        """The torch the code targets is ``version`` or newer."""
+        return at_least(self.settings.target_torch, version)
+
+    def lightning_at_least(self, version: str) -> bool:
+        return at_least(self.settings.target_lightning, version)
+
+    # the code ----------------------------------------------------------------------------------------
+    def qualified_name(self, expr: cst.BaseExpression) -> str | None:
+        """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports."""
+        return self.bindings.qualified_name(expr)
+
+    def code_for(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # the place the walk is at ----------------------------------------------------------------------
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.ancestors[-1]
+
+    @property
+    def parent(self) -> cst.CSTNode | None:
+        return self.ancestors[-2] if len(self.ancestors) > 1 else None
+
+    def enclosing(self, *types: type) -> list[cst.CSTNode]:
+        """Enclosing nodes of the given types, innermost first (the current node excluded)."""
+        return [n for n in reversed(self.ancestors[:-1]) if isinstance(n, types)]
+
+    def enclosing_function(self) -> cst.FunctionDef | None:
+        found = self.enclosing(cst.FunctionDef)
+        return found[0] if found else None
+
+    def enclosing_class(self) -> cst.ClassDef | None:
+        found = self.enclosing(cst.ClassDef)
+        return found[0] if found else None
+
+    def block_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The block (or module) that holds ``node``, an ancestor of the current node."""
+        for i in range(1, len(self.ancestors)):
+            if self.ancestors[i] is node:
+                return self.ancestors[i - 1]
+        return None
+
+    def statement_position(self) -> tuple[cst.CSTNode, tuple[cst.CSTNode, ...], int] | None:
+        """The innermost statement around the current node, its block's statements, its index."""
+        for i in range(len(self.ancestors) - 1, 0, -1):
+            node, parent = self.ancestors[i], self.ancestors[i - 1]
+            if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and \
+                    isinstance(parent, (cst.Module, cst.IndentedBlock)):
+                body = tuple(parent.body)
+                return node, body, body.index(node)
+        return None
+
+    def bound_name(self) -> str | None:
+        """The dotted name the current node is assigned to: ``loader`` for the call in
+        ``loader = DataLoader(...)``."""
+        parent, node = self.parent, self.ancestors[-1]
+        if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+            return dotted_name(parent.targets[0].target)
+        if isinstance(parent, cst.AnnAssign) and parent.value is node:
+            return dotted_name(parent.target)
+        return None
