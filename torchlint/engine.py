@@ -4,7 +4,10 @@ positions and fixes only for what was reported, apply fixes to a fixpoint."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import sys
+import traceback
 import warnings
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
@@ -32,12 +35,14 @@ MAX_FIX_ROUNDS = 10
 
 class _Dispatcher:
     """Calls every rule's ``visit_<Node>``/``leave_<Node>`` in one walk and keeps the ancestor
-    stack that the shared helpers read."""
+    stack that the semantic model reads. A rule that raises is dropped for the rest of the file,
+    with its reports: the other rules' findings stand (see ``crashed``)."""
 
     def __init__(self, ctx: RuleContext, rules: list[Rule]):
         self.ctx = ctx
         self.visits: dict[type, list] = {}
         self.leaves: dict[type, list] = {}
+        self.crashed: list[tuple[Rule, BaseException]] = []
         for rule in rules:
             for attr in dir(type(rule)):
                 if attr.startswith(("visit_", "leave_")):
@@ -45,18 +50,48 @@ class _Dispatcher:
                     if node_type is None:
                         raise RuntimeError(f"{type(rule).__name__}.{attr}: no LibCST node named {attr[6:]}")
                     table = self.visits if attr.startswith("visit_") else self.leaves
-                    table.setdefault(node_type, []).append(getattr(rule, attr))
+                    table.setdefault(node_type, []).append((rule, getattr(rule, attr)))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.ctx.ancestors.append(node)
-        for handler in self.visits.get(type(node), ()):
-            handler(node)
+        for rule, handler in self.visits.get(type(node), ()):
+            try:
+                handler(node)
+            except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
+                self._drop(rule, error)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        for leave in self.leaves.get(type(original_node), ()):
-            leave(original_node)
+        for rule, leave in self.leaves.get(type(original_node), ()):
+            try:
+                leave(original_node)
+            except Exception as error:  # noqa: BLE001 - as in on_visit
+                self._drop(rule, error)
         self.ctx.ancestors.pop()
+
+    def _drop(self, rule: Rule, error: BaseException) -> None:
+        self.crashed.append((rule, error))
+        for table in (self.visits, self.leaves):
+            for node_type, handlers in table.items():
+                table[node_type] = [(owner, handler) for owner, handler in handlers if owner is not rule]
+        self.ctx.reports[:] = [report for report in self.ctx.reports if report.rule is not rule]
+
+
+def _crash_message(path: str, rule: type[Rule], error: BaseException) -> str:
+    return (f"{path}: rule {rule.code} ({rule.name}) failed on this file ({error.__class__.__name__}: "
+            f"{str(error)[:200]}); its findings here are missing, the other rules' are reported. Please report "
+            "it (set TORCHLINT_DEBUG=1 for the traceback)")
+
+
+def _record_crash(crashes: list[str] | None, path: str, rule: type[Rule], error: BaseException) -> None:
+    """Tell the caller (or, when it does not listen, standard error) that a rule failed."""
+    message = _crash_message(path, rule, error)
+    if os.environ.get("TORCHLINT_DEBUG"):
+        traceback.print_exception(error)
+    if crashes is None:
+        print(f"torchlint: error: {message}", file=sys.stderr)
+    else:
+        crashes.append(message)
 
 
 def syntax_error(path: str, error: cst.ParserSyntaxError | str, line: int = 0, col: int = 0) -> Diagnostic:
@@ -212,8 +247,10 @@ def parse_module(source: str) -> cst.Module:
         CSTNode.__post_init__ = _POST_INIT
 
 
-def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> list[Diagnostic]:
-    """Diagnostics for one Python source text, sorted, noqa applied."""
+def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
+                crashes: list[str] | None = None) -> list[Diagnostic]:
+    """Diagnostics for one Python source text, sorted, noqa applied. A rule that fails on the file
+    is left out and said so in ``crashes`` (on standard error when it is None)."""
     if skip_file(source):
         return []
     rules = settings.rules_for(path) if rules is None else rules
@@ -225,7 +262,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         return [refused]
     first_lines = None
     if tree is not None:
-        candidates = _prechecked(candidates, tree, source, settings)
+        candidates = _prechecked(candidates, tree, source, settings, path, crashes)
         if not candidates:
             return []  # CPython read the file, so it has no syntax error either
         too_deep = _too_deep(tree, path)
@@ -241,6 +278,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         ctx = RuleContext(path=path, source=source, module=module, settings=settings)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
+        for rule, error in dispatcher.crashed:
+            _record_crash(crashes, path, type(rule), error)
         if not ctx.reports:
             return []
         _apply_guards(module, ctx.reports)
@@ -256,12 +295,21 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
 
 
-def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings) -> list[type[Rule]]:
-    """The rules whose precheck on CPython's tree passes (torchlint/precheck.py)."""
+def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings, path: str = "<string>",
+                crashes: list[str] | None = None) -> list[type[Rule]]:
+    """The rules whose precheck on CPython's tree passes (torchlint/analysis/index.py). A precheck
+    that fails is a bug reported like a rule's; its rule is left out of the file."""
     if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
         return rules
     index = SyntaxIndex(tree, source, settings.target_torch)
-    return [rule for rule in rules if rule.precheck(index)]
+    passed = []
+    for rule in rules:
+        try:
+            if rule.precheck(index):
+                passed.append(rule)
+        except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
+            _record_crash(crashes, path, rule, error)
+    return passed
 
 
 def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
@@ -544,11 +592,12 @@ def parses(source: str) -> bool:
     return True
 
 
-def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None) -> FixResult:
+def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
+               crashes: list[str] | None = None) -> FixResult:
     """Apply fixes round after round until none applies (bounded); the result always parses, and
     compiles if the original did."""
     result = FixResult(source)
-    diagnostics = lint_source(source, path, settings, rules)
+    diagnostics = lint_source(source, path, settings, rules, crashes)
     compiles = None  # does the original compile with this Python? (asked once there is a fix)
     for _ in range(MAX_FIX_ROUNDS):
         taken, edits = select_edits(diagnostics, settings.unsafe_fixes)
@@ -564,6 +613,6 @@ def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] |
                            "does not parse; nothing was written. Please report this as a torchlint bug.")
         result.source = candidate
         result.fixed.extend(taken)
-        diagnostics = lint_source(candidate, path, settings, rules)
+        diagnostics = lint_source(candidate, path, settings, rules, crashes)
     result.remaining = diagnostics
     return result

@@ -72,7 +72,8 @@ class SyntaxIndex:
         self.source = source
         self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
         self._by_type = _by_type(tree)
-        self._line_count = max(source.count("\n"), source.count("\r")) + 1
+        # CPython ends a line at "\n", "\r\n" or a lone "\r"
+        self._line_count = source.count("\n") + source.count("\r") - source.count("\r\n") + 1
         self._calls_by_callee: dict[str | None, list[ast.Call]] | None = None
         self._memo: dict[Any, Any] = {}
         self._aliases: dict[str, set[str]] = {}  # local name -> last parts of what it may name
