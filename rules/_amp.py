@@ -14,7 +14,7 @@ from torchlint.analysis.syntax import bare_call, dotted_name, method_call, names
 from torchlint.analysis.walk import visit
 from torchlint.fixes import NodeEdit, block_indentation, statement_code
 from torchlint.rule import RuleContext, data_table
-from torchlint.versions import parse_version
+from torchlint.analysis.versions import parse_version
 
 CLIP_GRAD_FUNCTIONS = frozenset(
     f"torch.nn.utils{module}.{name}" for module in ("", ".clip_grad")

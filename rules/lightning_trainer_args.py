@@ -80,7 +80,7 @@ from torchlint.analysis.syntax import (dotted_name, find_keyword, has_star_args,
 from torchlint.analysis.walk import visit
 from torchlint.fixes import append_element, import_reference, remove_arg, set_keyword
 from torchlint.rule import Rule, Severity, SyntaxIndex, data_table
-from torchlint.versions import parse_version
+from torchlint.analysis.versions import parse_version
 
 TABLE = data_table("lightning_trainer_args.yaml")
 ROWS = {row["old"]: row for row in TABLE}

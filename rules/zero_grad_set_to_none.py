@@ -54,7 +54,6 @@ from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, ast_i
 from torchlint.analysis.walk import visit
 from torchlint.fixes import remove_arg, replace_arg_value, set_keyword
 from torchlint.rule import Rule, SyntaxIndex
-from torchlint.versions import at_least
 
 CUDA_GRAPH_MARKERS = ("CUDAGraph", "cuda.graph(", "make_graphed_callables")
 
@@ -88,7 +87,7 @@ class ZeroGradSetToNone(Rule):
             flag = flag.value if flag is not None else call.args[0] if call.args else None
             if isinstance(call.func, ast.Attribute) and not ast_has_star_args(call) and (
                     ast_is_literal(flag, False) or not call.args and not call.keywords
-                    and not at_least(index.target_torch, "2.0")):
+                    and not index.torch_at_least("2.0")):
                 return True
         return False
 

@@ -1,4 +1,4 @@
-"""Positions rendered statement by statement (engine._positions_by_statement) are the positions of
+"""Positions rendered statement by statement (positions._positions_by_statement) are the positions of
 the whole-module render, for every node, whatever stands around the statements."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 import libcst as cst
 import pytest
 
-from torchlint import engine
+from torchlint import engine, positions
 from torchlint.diagnostics import SourceText
 from torchlint.analysis.walk import walk
 
@@ -25,8 +25,8 @@ SOURCES = {
 
 
 def all_positions(module: cst.Module) -> dict[int, object]:
-    provider = engine.PositionProvider()
-    state = engine.PositionProvidingCodegenState(default_indent=module.default_indent,
+    provider = positions.PositionProvider()
+    state = positions.PositionProvidingCodegenState(default_indent=module.default_indent,
                                                  default_newline=module.default_newline, provider=provider)
     module._codegen(state)
     return {id(node): span for node, span in provider._computed.items()}
@@ -41,7 +41,7 @@ def test_statement_by_statement_positions_match_the_whole_render(name):
     nodes: list[cst.CSTNode] = []
     walk(module, nodes.append)
     nodes = [node for node in nodes if node is not module]
-    found = engine._positions_by_statement(module, {id(node) for node in nodes}, SourceText(source), first_lines)
+    found = positions._positions_by_statement(module, {id(node) for node in nodes}, SourceText(source), first_lines)
     if name == "no trailing newline":  # the last statement's render keeps a newline the file lacks
         assert found is None
         return
@@ -55,4 +55,4 @@ def test_a_statement_that_does_not_match_the_source_falls_back():
     module = cst.parse_module(source)
     target = module.body[1]
     # CPython's lines one off: the render would start on the wrong line, and the check sees it
-    assert engine._positions_by_statement(module, {id(target)}, SourceText(source), [2, 3]) is None
+    assert positions._positions_by_statement(module, {id(target)}, SourceText(source), [2, 3]) is None

@@ -18,7 +18,7 @@ import yaml
 
 from torchlint import __version__
 from torchlint.rule import Rule, all_rules
-from torchlint.versions import parse_version
+from torchlint.analysis.versions import parse_version
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -21,7 +21,7 @@ from torchlint.analysis.loops import Loops
 from torchlint.analysis.modules import Modules
 from torchlint.analysis.programs import Programs
 from torchlint.analysis.syntax import dotted_name
-from torchlint.versions import at_least
+from torchlint.analysis.versions import at_least
 
 if TYPE_CHECKING:
     from torchlint.rule import Report

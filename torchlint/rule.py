@@ -25,7 +25,7 @@ from torchlint.analysis.index import SyntaxIndex
 from torchlint.context import RuleContext
 from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Severity
 from torchlint.fixes import FixBuilder, FixSpec, NodeEdit
-from torchlint.versions import version_matches
+from torchlint.analysis.versions import version_matches
 
 __all__ = ["Rule", "RuleContext", "Report", "Related", "Severity", "SyntaxIndex", "all_rules", "data_table",
            "rule_by_selector"]

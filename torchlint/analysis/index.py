@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from torchlint.analysis.syntax import ast_callee, ast_first_line
+from torchlint.analysis.versions import at_least
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -81,6 +82,11 @@ class SyntaxIndex:
             for alias in node.names:
                 if alias.asname:
                     self._aliases.setdefault(alias.asname, set()).add(alias.name.rsplit(".", 1)[-1])
+
+    def torch_at_least(self, version: str) -> bool:
+        """The torch the code may target is ``version`` or newer (by default the oldest torch is
+        assumed, so that a precheck allows every version-gated shape)."""
+        return at_least(self.target_torch, version)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, once per file for each ``key``."""
