@@ -11,7 +11,13 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from libcst.metadata import MetadataWrapper, PositionProvider
+
 from conftest import ROOT, run_torchlint
+from test_rules import rule_folder, settings_for
+from torchlint import guards
+from torchlint.analysis.walk import walk
+from torchlint.diagnostics import SourceText, apply_edits
 from torchlint.config import resolve_settings
 from torchlint.engine import fix_source, lint_source
 from torchlint.analysis.syntax import dotted_name, find_keyword as keyword_arg
@@ -55,30 +61,73 @@ def main():
 if __name__ == "__main__":
     main()
 """
-# Every rule whose fix adds a keyword to an existing call, with a call its fix rewrites ({kw}:
-# where `**opts` goes). Without `**opts` each gets a fix; with it, none.
-ADDS_KEYWORD = {
-    "TL102": ("w = torch.randn(3, requires_grad=True{kw}).cuda()", {}),
-    "TL201": ("mask = torch.zeros(3{kw}).to(device)", {}),
-    "TL301": ("optimizer.zero_grad({kw})", {"target_torch": "1.13"}),
-    "TL302": ("optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3{kw})", {}),
-    "TL401": ("net = nn.Sequential(nn.Conv2d(3, 8, 3{kw}), nn.BatchNorm2d(8))", {}),
-    "TL501": ("model = nn.DataParallel(model{kw})", {}),
-    "TL601": ("loader = DataLoader(dataset, batch_size=32{kw})", {}),
-    "TL602": ("loader = DataLoader(dataset, batch_size=32, num_workers=4, persistent_workers=True{kw})", {}),
-    "TL603": ("loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True{kw})", {}),
-    "TL701": ("scaler = torch.cuda.amp.GradScaler(1024.0{kw})", {}),
-    "TL901": ("trainer = pl.Trainer(gpus=1{kw})", {}),
-}
+def keyword_additions(source: str, path: Path, settings) -> list[tuple[int, int]]:
+    """What the fixes of a file add keywords to, as the engine's guard sees them: the (start, end)
+    offsets of each call that a fix edit gives a keyword it lacked."""
+    found = []
+    original = guards._keyword_change
+
+    def spy(old, new, ancestors):
+        change = original(old, new, ancestors)
+        if change is not None and change[1]:
+            wrapper = MetadataWrapper(ancestors[0], unsafe_skip_copy=True)
+            span = wrapper.resolve(PositionProvider)[change[0][0]]
+            text = SourceText(source)
+            found.append((text.offset(span.start.line - 1, span.start.column),
+                          text.offset(span.end.line - 1, span.end.column)))
+        return change
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(guards, "_keyword_change", spy)
+        lint_source(source, str(path), settings)
+    return sorted(set(found))
 
 
-@pytest.mark.parametrize("code", sorted(ADDS_KEYWORD))
-def test_no_keyword_is_added_beside_double_star_kwargs(tmp_path, code):
-    line, options = ADDS_KEYWORD[code]
-    plain = SCRIPT.format(line=line.format(kw=""))
-    assert fixed_lines(tmp_path, plain, code, **options).get(11) is True, "the case must have a fix without **"
-    with_kwargs = SCRIPT.format(line=line.format(kw=", **opts" if "({kw})" not in line else "**opts"))
-    assert fixed_lines(tmp_path, with_kwargs, code, **options).get(11, False) is False
+def starred_keywords(source: str) -> list[frozenset[str]]:
+    """The keywords of each call that passes `**` arguments, in source order."""
+    found = []
+    walk(cst.parse_module(source), lambda node: found.append(frozenset(
+        a.keyword.value for a in node.args if a.keyword is not None))
+        if isinstance(node, cst.Call) and any(a.star == "**" for a in node.args) else None)
+    return found
+
+
+def keyword_cases():
+    """Every fix in the rules' bad fixtures that adds a keyword to a call: derived from the
+    fixtures, so that a rule whose fix starts adding keywords is covered without a table."""
+    cases = []
+    for rule in all_rules():
+        for path in sorted(rule_folder(rule).glob("bad*.py")):
+            if path.name.endswith(".fixed.py"):
+                continue
+            source = path.read_text(encoding="utf-8")
+            for start, end in keyword_additions(source, path, settings_for(path, rule, source)):
+                cases.append(pytest.param(rule, path, start, end, id=f"{rule.code}-{path.name}-{start}"))
+    return cases
+
+
+@pytest.mark.parametrize("rule, path, start, end", keyword_cases())
+def test_no_keyword_is_added_beside_double_star_kwargs(rule, path, start, end):
+    """The same call given `**opts` (which may carry the keyword already): no fix of the file adds
+    a keyword to a call that passes `**`."""
+    source = path.read_text(encoding="utf-8")
+    call = cst.parse_expression(source[start:end])
+    last = call.args[-1] if call.args else None
+    separator = "" if last is None else " " if isinstance(last.comma, cst.Comma) else ", "
+    closing = source.rindex(")", start, end)
+    variant = source[:closing] + separator + "**opts" + source[closing:]
+    settings = settings_for(path, rule, source)
+    before = starred_keywords(variant)
+    for diagnostic in lint_source(variant, str(path), settings):
+        if diagnostic.fix is not None:
+            after = starred_keywords(apply_edits(variant, list(diagnostic.fix.edits)))
+            if len(after) == len(before):
+                assert all(new <= old for new, old in zip(after, before)), diagnostic
+
+
+def test_keyword_cases_cover_the_rules_that_add_keywords():
+    assert {case.values[0].code for case in keyword_cases()} >= {
+        "TL102", "TL201", "TL203", "TL301", "TL302", "TL401", "TL601", "TL602", "TL603", "TL701", "TL901"}
 
 
 def test_non_blocking_is_not_added_beside_double_star_kwargs(tmp_path):
@@ -86,14 +135,6 @@ def test_non_blocking_is_not_added_beside_double_star_kwargs(tmp_path):
                                 "persistent_workers=True)").replace(
         "x = x.to(device, non_blocking=True)", "x = x.to(device, **opts)\n            y = y.to(device)")
     assert fixed_lines(tmp_path, source, "TL203") == {15: True}  # y: fixed; x: not even reported
-
-
-def test_every_rule_that_adds_keywords_is_in_the_table():
-    """A rule that calls `set_keyword` adds keywords: it must have its `**kwargs` case here."""
-    covered = set(ADDS_KEYWORD) | {"TL203"}  # test_non_blocking_is_not_added_beside_double_star_kwargs
-    adding = {rule.code for rule in all_rules()
-              if "set_keyword(" in Path(ROOT / "rules" / f"{rule.__module__.rsplit('.', 1)[1]}.py").read_text()}
-    assert adding <= covered, f"add a **kwargs case for {sorted(adding - covered)}"
 
 
 class AddsFused(Rule):
