@@ -18,20 +18,28 @@ convolutions.
 ## Example
 
 ```python
+import torchvision
+
 model = torchvision.models.resnet50().cuda()
+scaler = torch.amp.GradScaler("cuda")
 for images, labels in loader:
     with torch.autocast("cuda", dtype=torch.float16):
         loss = criterion(model(images.cuda()), labels.cuda())
+    scaler.scale(loss).backward()
 ```
 
 ## Use instead
 
 ```python
+import torchvision
+
 model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+scaler = torch.amp.GradScaler("cuda")
 for images, labels in loader:
     images = images.cuda(non_blocking=True).to(memory_format=torch.channels_last)
     with torch.autocast("cuda", dtype=torch.float16):
         loss = criterion(model(images), labels.cuda())
+    scaler.scale(loss).backward()
 ```
 
 ## Fix safety

@@ -19,18 +19,29 @@ the gain is often several percent to tens of percent of the step time.
 ## Example
 
 ```python
-import torch
+import torchvision
 
 model = torchvision.models.resnet50().cuda()
 for images, labels in loader:
-    ...
+    loss = criterion(model(images.cuda()), labels.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 ```
 
 ## Use instead
 
 ```python
-import torch
+import torchvision
+
 torch.backends.cudnn.benchmark = True
+
+model = torchvision.models.resnet50().cuda()
+for images, labels in loader:
+    loss = criterion(model(images.cuda()), labels.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 ```
 
 ## Fix safety

@@ -18,12 +18,16 @@ for the same reason.
 ## Example
 
 ```python
+from torch.nn.parallel import DistributedDataParallel
+
 model = DistributedDataParallel(model, device_ids=[rank], find_unused_parameters=True)
 ```
 
 ## Use instead
 
 ```python
+from torch.nn.parallel import DistributedDataParallel
+
 model = DistributedDataParallel(model, device_ids=[rank])
 ```
 If some parameters really get no gradient in some iterations (conditional branches, frozen

@@ -24,22 +24,28 @@ DataLoader iterator is necessary to make shuffling work properly across multiple
 ## Example
 
 ```python
+from torch.utils.data import DistributedSampler
+
 sampler = DistributedSampler(dataset)
 loader = DataLoader(dataset, batch_size=64, sampler=sampler)
 for epoch in range(epochs):
     for x, y in loader:
-        ...
+        loss = model(x).sum()
+        loss.backward()
 ```
 
 ## Use instead
 
 ```python
+from torch.utils.data import DistributedSampler
+
 sampler = DistributedSampler(dataset)
 loader = DataLoader(dataset, batch_size=64, sampler=sampler)
 for epoch in range(epochs):
     sampler.set_epoch(epoch)
     for x, y in loader:
-        ...
+        loss = model(x).sum()
+        loss.backward()
 ```
 
 ## Fix safety

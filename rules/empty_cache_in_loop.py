@@ -27,8 +27,15 @@ for images, labels in loader:
 
 ## Use instead
 
-Delete the call. If another process on the same GPU needs the memory, call it once, after the
-loop.
+```python
+for images, labels in loader:
+    loss = criterion(model(images.cuda()), labels.cuda())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+```
+If another process on the same GPU needs the memory, call `torch.cuda.empty_cache()` once, after
+the loop.
 
 ## Fix safety
 

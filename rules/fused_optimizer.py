@@ -17,13 +17,23 @@ PyTorch docs list `fused` as the fastest implementation where it exists.
 ## Example
 
 ```python
+model = model.cuda()
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+for x, y in loader:
+    loss = criterion(model(x.cuda()), y.cuda())
+    loss.backward()
+    optimizer.step()
 ```
 
 ## Use instead
 
 ```python
+model = model.cuda()
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+for x, y in loader:
+    loss = criterion(model(x.cuda()), y.cuda())
+    loss.backward()
+    optimizer.step()
 ```
 
 ## Fix safety

@@ -28,6 +28,11 @@ for step, (x, y) in enumerate(loader):
 ## Use instead
 
 ```python
+running_loss = torch.zeros((), device="cuda")
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
     running_loss += loss.detach()  # stays on the GPU, no sync
     if step % 100 == 0:
         print(running_loss.item() / (step + 1))  # one sync every 100 steps

@@ -18,17 +18,25 @@ Construct tensors on the device directly to avoid CPU->Device transfer."
 ## Example
 
 ```python
+import pytorch_lightning as pl
+
 class Model(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         noise = torch.randn(batch.shape).cuda()
         mask = torch.ones(batch.shape[0], device="cuda")
+        return self.loss(batch + noise, mask)
 ```
 
 ## Use instead
 
 ```python
+import pytorch_lightning as pl
+
+class Model(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
         noise = torch.randn(batch.shape, device=self.device)
         mask = torch.ones(batch.shape[0], device=self.device)
+        return self.loss(batch + noise, mask)
 ```
 or `.type_as(batch)` to follow another tensor's device and dtype.
 

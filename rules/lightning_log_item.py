@@ -17,16 +17,25 @@ number. Lightning's speed guide: "Don't call `.item()` anywhere in your code."
 ## Example
 
 ```python
-def training_step(self, batch, batch_idx):
-    loss = self.criterion(self(batch["x"]), batch["y"])
-    self.log("train_loss", loss.item())
-    return loss
+import pytorch_lightning as pl
+
+class Classifier(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        loss = self.criterion(self(batch["x"]), batch["y"])
+        self.log("train_loss", loss.item())
+        return loss
 ```
 
 ## Use instead
 
 ```python
-    self.log("train_loss", loss)
+import pytorch_lightning as pl
+
+class Classifier(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        loss = self.criterion(self(batch["x"]), batch["y"])
+        self.log("train_loss", loss)
+        return loss
 ```
 
 ## Fix safety

@@ -18,6 +18,8 @@ reported as errors, discouraged ones as warnings.
 ## Example
 
 ```python
+import pytorch_lightning as pl
+
 trainer = pl.Trainer(gpus=2, precision=16, weights_summary=None, resume_from_checkpoint="last.ckpt")
 trainer.fit(model)
 ```
@@ -25,6 +27,8 @@ trainer.fit(model)
 ## Use instead
 
 ```python
+import pytorch_lightning as pl
+
 trainer = pl.Trainer(accelerator="gpu", devices=2, precision="16-mixed", enable_model_summary=False)
 trainer.fit(model, ckpt_path="last.ckpt")
 ```

@@ -27,6 +27,8 @@ for images, labels in loader:
 ## Use instead
 
 ```python
+loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+for images, labels in loader:
     images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 ```
 

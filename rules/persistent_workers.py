@@ -18,12 +18,18 @@ speed guide recommends it, especially with `strategy="ddp_spawn"`.
 
 ```python
 loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8)
+for epoch in range(epochs):
+    for x, y in loader:
+        train_step(x, y)
 ```
 
 ## Use instead
 
 ```python
 loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)
+for epoch in range(epochs):
+    for x, y in loader:
+        train_step(x, y)
 ```
 
 ## Fix safety

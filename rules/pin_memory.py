@@ -17,17 +17,23 @@ tuning guide and Lightning's speed guide both recommend it for GPU training.
 ## Example
 
 ```python
+device = torch.device("cuda")
 loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8)
 for x, y in loader:
     x, y = x.to(device), y.to(device)
+    loss = criterion(model(x), y)
+    loss.backward()
 ```
 
 ## Use instead
 
 ```python
+device = torch.device("cuda")
 loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)
 for x, y in loader:
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    loss = criterion(model(x), y)
+    loss.backward()
 ```
 
 ## Fix safety

@@ -28,7 +28,11 @@ class Model(nn.Module):
 ## Use instead
 
 ```python
-        self.register_buffer("positions", torch.arange(n, device="cuda"), persistent=False)
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(n, n)), persistent=False)
+        self.register_buffer("positions", torch.arange(n), persistent=False)
 ```
 (`persistent=False` keeps it out of the `state_dict`, so checkpoints keep their keys.)
 

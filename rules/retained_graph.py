@@ -28,6 +28,11 @@ for x, y in loader:
 ## Use instead
 
 ```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
     losses.append(loss.detach())
 ```
 or `loss.item()` where a Python number is wanted (it synchronizes with the GPU each step).

@@ -21,13 +21,21 @@ matcher flags the same sizes.
 ## Example
 
 ```python
-encoder = nn.Sequential(nn.Linear(1000, 500), nn.ReLU(), nn.Linear(500, 250))
+encoder = nn.Sequential(nn.Linear(1000, 500), nn.ReLU(), nn.Linear(500, 250)).cuda()
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = encoder(x.cuda()).sum()
+    loss.backward()
 ```
 
 ## Use instead
 
 ```python
-encoder = nn.Sequential(nn.Linear(1000, 504), nn.ReLU(), nn.Linear(504, 256))
+encoder = nn.Sequential(nn.Linear(1000, 504), nn.ReLU(), nn.Linear(504, 256)).cuda()
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = encoder(x.cuda()).sum()
+    loss.backward()
 ```
 
 ## Fix safety

@@ -15,14 +15,20 @@ copying (and so does `torch.as_tensor(arr)`).
 ## Example
 
 ```python
-def __getitem__(self, index):
-    image = np.load(self.paths[index])
+import numpy as np
+
+def load_image(path):
+    image = np.load(path)
     return torch.tensor(image)
 ```
 
 ## Use instead
 
 ```python
+import numpy as np
+
+def load_image(path):
+    image = np.load(path)
     return torch.from_numpy(image)
 ```
 

@@ -1,9 +1,17 @@
 """The committed rule reference (docs/rules/) matches what the rules' docstrings and metadata
-generate; regenerate it with `python -m torchlint.docs`."""
+generate (regenerate it with `python -m torchlint.docs`), and each rule's Example fires it while
+its Use instead does not."""
 
 from __future__ import annotations
 
+import re
+
+import libcst as cst
+import pytest
+
 from torchlint import docs
+from torchlint.config import resolve_settings
+from torchlint.engine import lint_source
 from torchlint.output import docs_url
 from torchlint.rule import all_rules
 
@@ -27,3 +35,36 @@ def test_write_then_check(tmp_path):
     assert "TL999.md" in changed and not (tmp_path / "TL999.md").exists()
     assert docs.stale(tmp_path) == []
     assert docs.main(["--check", "--out", str(tmp_path)]) == 0
+
+
+# --- the examples are tests (Fixit's VALID/INVALID, here the docs' own code blocks) -------------------
+
+CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def first_block(docs_text: str, section: str) -> str | None:
+    """The first Python code block of a section (``## Example``) of a rule's docs."""
+    match = re.search(rf"^## {section}\b.*?$(.*?)(?=^## |\Z)", docs_text, re.DOTALL | re.MULTILINE)
+    blocks = CODE_BLOCK.findall(match.group(1)) if match else []
+    return blocks[0] if blocks else None
+
+
+def findings_of(rule, code: str, tmp_path) -> list[str]:
+    source = rule.example_prelude + code
+    cst.parse_module(source)  # the block parses, with the prelude
+    settings = resolve_settings(tmp_path, isolated=True, select=[rule.code])
+    return [d.code for d in lint_source(source, "train.py", settings) if d.code == rule.code]
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_the_example_fires_the_rule(rule, tmp_path):
+    example = first_block(rule.docs(), "Example")
+    assert example is not None, f"{rule.code}: the Example section has no ```python block"
+    assert findings_of(rule, example, tmp_path), f"{rule.code}: its Example does not fire it"
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_use_instead_parses_and_is_clean(rule, tmp_path):
+    instead = first_block(rule.docs(), "Use instead")
+    assert instead is not None, f"{rule.code}: the Use instead section has no ```python block"
+    assert findings_of(rule, instead, tmp_path) == [], f"{rule.code}: its Use instead block fires it"

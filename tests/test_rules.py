@@ -9,6 +9,7 @@ A first line ``# fixture: target-torch=1.13`` sets options for that file.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -109,3 +110,34 @@ def test_rule_documentation_sections(rule):
         assert section in docs, f"{rule.code}: missing section {section!r}"
     assert "https://" in docs.split("## References", 1)[1]
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
+
+
+# --- messages by snapshot: a wording change shows in review -----------------------------------------
+
+SNAPSHOT = "messages.snap"
+
+
+def render_messages(rule) -> str:
+    """Each bad fixture's findings as a reviewer reads them: position, message, and the fix's title
+    and applicability."""
+    lines = [f"# {rule.code} {rule.name}: the findings of its bad fixtures (TORCHLINT_UPDATE_SNAPSHOTS=1 "
+             "pytest tests/test_rules.py rewrites this file)"]
+    for path in sorted(rule_folder(rule).glob("bad*.py")):
+        if path.name.endswith(".fixed.py"):
+            continue
+        source = path.read_text(encoding="utf-8")
+        for diag in lint_source(source, str(path), settings_for(path, rule, source)):
+            lines.append(f"{path.name}:{diag.line + 1}:{diag.col + 1}: {diag.code} {diag.message}")
+            if diag.fix is not None:
+                lines.append(f"    fix ({diag.fix.applicability}): {diag.fix.title}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_messages_match_the_snapshot(rule):
+    snapshot = rule_folder(rule) / SNAPSHOT
+    rendered = render_messages(rule)
+    if os.environ.get("TORCHLINT_UPDATE_SNAPSHOTS"):
+        snapshot.write_text(rendered, encoding="utf-8")
+    assert snapshot.exists(), f"{snapshot} is missing: run TORCHLINT_UPDATE_SNAPSHOTS=1 pytest tests/test_rules.py"
+    assert rendered == snapshot.read_text(encoding="utf-8")

@@ -71,6 +71,10 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # option name -> (type, default, description); read with self.option(name)
     options: ClassVar[dict[str, tuple[type, Any, str]]] = {}
+    # What the docs' "Example" and "Use instead" blocks may take for granted: the test that lints
+    # them puts this in front (tests/test_docs.py).
+    example_prelude: ClassVar[str] = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+                                      "from torch.utils.data import DataLoader\n")
 
     def __init__(self, ctx: RuleContext):
         self.ctx = ctx
