@@ -21,7 +21,7 @@ from torchlint.engine import fix_source, lint_source
 from torchlint.rule import all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
-EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TL\d{3}(?:\s*,\s*TL\d{3})*)")
+EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>[A-Z]{2,5}\d{3}(?:\s*,\s*[A-Z]{2,5}\d{3})*)")
 DIRECTIVE = re.compile(r"^#\s*fixture:\s*(?P<options>.*)$", re.MULTILINE)
 
 

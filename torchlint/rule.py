@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +32,9 @@ __all__ = ["Rule", "RuleContext", "Report", "Related", "Severity", "SyntaxIndex"
            "rule_by_selector"]
 
 KINDS = ("performance", "correctness", "deprecation", "migration")
+# A family prefix and a number: TL + family digit (TL101), a family of its own (TLC001 compile
+# readiness), or a third-party package's prefix.
+CODE = re.compile(r"[A-Z]{2,5}\d{3}")
 
 
 @dataclass
@@ -178,8 +182,8 @@ def all_rules() -> tuple[type[Rule], ...]:
 
 def _check_metadata(rule: type[Rule]) -> None:
     problems = []
-    if not (rule.code.startswith("TL") and rule.code[2:].isdigit() and len(rule.code) == 5):
-        problems.append("code must be TL + 3 digits")
+    if not CODE.fullmatch(rule.code):
+        problems.append("code must be a prefix of capital letters and 3 digits (TL101, TLC001)")
     if rule.kind not in KINDS:
         problems.append(f"kind must be one of {KINDS}")
     if rule.fix_applicability not in (SAFE, UNSAFE, NO_FIX):
