@@ -83,6 +83,8 @@ TENSOR_FACTORY_NAMES = frozenset(TENSOR_FACTORIES.values())
 
 
 MOVE_CALL = re.compile(r"\.\s*(?:to|cuda)\s*\(")
+# A value computed from the process's rank: under DDP each rank holds its own.
+PER_RANK = re.compile(r"rank", re.IGNORECASE)
 
 class RegisterBuffer(Rule):
     code = "TL205"
@@ -127,8 +129,8 @@ class RegisterBuffer(Rule):
             return
         value, self_name, attribute = node.value, params[0], target.attr.value
         factory = self._factory_on_device(value)
-        if factory is None or self._registered(cls, attribute):
-            return
+        if factory is None or self._registered(cls, attribute) or PER_RANK.search(self.ctx.code_for(value)):
+            return  # a value that differs per rank must not become a buffer: DDP broadcasts rank 0's
         written = f'{self_name}.register_buffer("{attribute}", ..., persistent=False)'
         self.report(node, f"`{self_name}.{attribute}` is a plain tensor attribute made on a device: `.to()`/`.cuda()` "
                           f"and DDP do not move it with the module; write `{written}`",

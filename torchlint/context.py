@@ -51,7 +51,7 @@ class RuleContext:
 
     @cached_property
     def compat(self) -> Compatibility:
-        return Compatibility(self.module, self.ancestors)
+        return Compatibility(self.module, self.bindings, self.ancestors)
 
     @cached_property
     def programs(self) -> Programs:
@@ -80,8 +80,16 @@ class RuleContext:
 
     # the code ----------------------------------------------------------------------------------------
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
-        """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports."""
-        return self.bindings.qualified_name(expr)
+        """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports;
+        None when the enclosing function binds the name itself (``def f(torch): torch.cuda...``)."""
+        qualified = self.bindings.qualified_name(expr)
+        if qualified is not None:
+            function = self.enclosing_function()
+            if function is not None:
+                head = dotted_name(expr).split(".", 1)[0]
+                if head in self.bindings.scope(function).assigned:
+                    return None
+        return qualified
 
     def code_for(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

@@ -126,7 +126,7 @@ class Bindings:
     def _counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for binding in self._collected.bindings:
-            if "." not in binding.name:
+            if "." not in binding.name and binding.kind != "param":
                 counts[binding.name] = counts.get(binding.name, 0) + 1
         for name, modules in self._collected.imported.items():
             counts[name] = counts.get(name, 0) + len(modules)
@@ -134,7 +134,8 @@ class Bindings:
 
     def count(self, name: str) -> int:
         """How many different things a plain name is bound to in the file: every binding counts
-        (assignments, targets, parameters, definitions), and imports once per module they name
+        (assignments, targets, ``:=``, definitions; parameters bind a function's own name and do not
+        count, see ``scope``), and imports once per module they name
         (``import torch`` and ``import torch.nn`` both bind ``torch`` to torch). A name bound more
         than once may not mean what its import says everywhere."""
         return self._counts.get(name, 0)

@@ -8,12 +8,15 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis.syntax import dotted_name, ends_in_exit
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.syntax import dotted_name, ends_in_exit, names_in
 
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 COMPATIBILITY_ERRORS = IMPORT_ERRORS | {"AttributeError", "TypeError", "NameError"}
 # An `if` test that picks code by library version or by whether an attribute exists.
 VERSION_TEST = re.compile(r"version|VERSION|_GREATER|_LESS|_AT_LEAST|_OLDER|_NEWER|\bhasattr\(")
+# A flag named for a version (`TORCH_1_13`, `_PT2`, `IS_TORCH_2`): the name says what it tests.
+VERSION_FLAG = re.compile(r"^_?(IS_)?(TORCH|PT|PYTORCH|TV|TORCHVISION|LIGHTNING|PL)_?\d")
 
 
 def _caught_names(handler: cst.ExceptHandler) -> list[str]:
@@ -36,9 +39,20 @@ def catches_import_error(node: cst.Try) -> bool:
 class Compatibility:
     """Whether the current place of the walk is code for other versions."""
 
-    def __init__(self, module: cst.Module, ancestors: list[cst.CSTNode]):
+    def __init__(self, module: cst.Module, bindings: Bindings, ancestors: list[cst.CSTNode]):
         self.module = module
+        self.bindings = bindings
         self.ancestors = ancestors
+
+    def is_version_test(self, test: cst.BaseExpression) -> bool:
+        """Does an ``if`` test pick code by version or by what exists: written out
+        (``torch.__version__ >= ...``, ``hasattr(...)``), or through a flag the file computes
+        that way (``TORCH_1_13 = version.parse(torch.__version__) >= ...``; ``if TORCH_1_13:``)?"""
+        if VERSION_TEST.search(self.module.code_for_node(test)):
+            return True
+        return any(VERSION_FLAG.match(name) or any(
+            value is not None and VERSION_TEST.search(self.module.code_for_node(value))
+            for value in self.bindings.values(name)) for name in names_in(test))
 
     def in_import_guard(self) -> bool:
         """Inside the body of a ``try`` that catches a failed import (a fallback for other
@@ -58,11 +72,10 @@ class Compatibility:
         for parent, child in zip(self.ancestors, self.ancestors[1:]):
             if isinstance(parent, cst.ExceptHandler) and catches_compatibility_error(parent):
                 return True
-            if isinstance(parent, (cst.If, cst.IfExp)) and child is not parent.test \
-                    and VERSION_TEST.search(self.module.code_for_node(parent.test)):
+            if isinstance(parent, (cst.If, cst.IfExp)) and child is not parent.test and self.is_version_test(parent.test):
                 return True
             if isinstance(parent, cst.IndentedBlock) and child in parent.body and any(
-                    isinstance(earlier, cst.If) and VERSION_TEST.search(self.module.code_for_node(earlier.test))
+                    isinstance(earlier, cst.If) and self.is_version_test(earlier.test)
                     and ends_in_exit(earlier.body) for earlier in parent.body[:parent.body.index(child)]):
                 return True
         return False

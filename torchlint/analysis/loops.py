@@ -28,6 +28,10 @@ SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
 # Methods that backpropagate their first argument: Accelerate, Fabric, Lightning.
 BACKWARD_METHODS = frozenset({"manual_backward"})
+# Objects whose `.backward(loss)` backpropagates its argument, not themselves (Accelerate's
+# Accelerator, Fabric, DeepSpeed's engine, Lightning's strategy): they hold no graph.
+BACKWARD_OWNER = re.compile(r"(^|_)(accelerator|fabric|engine|strategy|trainer|booster|deepspeed|runner|self)$",
+                            re.IGNORECASE)
 # The names of the methods and functions that backpropagate, as a precheck matches them.
 BACKWARD_CALLEES = frozenset({"backward", "manual_backward"})
 NO_GRAD_CONTEXTS = frozenset({
@@ -66,9 +70,12 @@ class _BackwardFinder(cst.CSTVisitor):
             # scaler.scale(loss).backward(): the scaled value is the loss
             if method_call(target, "scale") and target.args:
                 target = target.args[0].value
-            self.names |= root_names(target)
             # accelerator.backward(loss) / fabric.backward(loss): the argument is the loss
-            if node.args and node.args[0].keyword is None:
+            passed = node.args and node.args[0].keyword is None
+            owner = dotted_name(target) if passed else None
+            if owner is None or not BACKWARD_OWNER.search(owner.rsplit(".", 1)[-1]):
+                self.names |= root_names(target)
+            if passed:
                 self.names |= root_names(node.args[0].value)
         elif (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
                 self.bindings.qualified_name(func) in BACKWARD_FUNCTIONS:
