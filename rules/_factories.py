@@ -16,6 +16,11 @@ from torchlint.fixes import FixSpec, set_keyword
 from torchlint.rule import Rule, RuleContext
 
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+# Factories that make the tensor where it will be anyway: `zeros_like(x)` where `x` is, and
+# `tensor(data)`/`as_tensor(data)` from host data that must be copied to the device either way.
+# Moving one of them buys nothing worth a finding about speed.
+NO_HOST_FILL = frozenset({"tensor", "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like",
+                          "rand_like", "randn_like", "randint_like"})
 # A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
@@ -71,6 +76,11 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
     if not move.understood or any(a.star == "**" for a in factory_call.args) \
             or find_keyword(factory_call, "pin_memory") is not None:
         return None  # the factory may already carry `device`, or the move does more than move
+    if find_keyword(factory_call, "generator") is not None:
+        return None  # a CPU generator drives a factory only on the CPU (on a GPU it raises)
+    code = rule.ctx.code_for(node)
+    if "#" in code[len(rule.ctx.code_for(factory_call)):]:
+        return None  # a comment between the factory and the move: the rewrite would drop it
     # a factory that already names a device computed its values there: another device may round
     # differently (`linspace`, `arange` on floats)
     safe = factory in DETERMINISTIC_FACTORIES and move.certain and find_keyword(factory_call, "device") is None
