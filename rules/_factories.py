@@ -70,9 +70,10 @@ def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
 
 
 def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
-                     move: DeviceMove) -> FixSpec | None:
+                     move: DeviceMove, repairs: bool = False) -> FixSpec | None:
     """The fix that gives the factory the move's device (and dtype) and drops the move: safe for
-    deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``."""
+    deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``, and
+    always unsafe when it ``repairs`` a bug (the values the run computes change by design)."""
     if not move.understood or any(a.star == "**" for a in factory_call.args) \
             or find_keyword(factory_call, "pin_memory") is not None:
         return None  # the factory may already carry `device`, or the move does more than move
@@ -92,4 +93,4 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
         safe = safe and factory in EXACT_FACTORIES
     new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
     return rule.fix("Create the tensor on the device", rule.replace(node, new),
-                    applicability="safe" if safe else "unsafe")
+                    applicability="safe" if safe and not repairs else "unsafe")

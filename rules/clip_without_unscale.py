@@ -36,8 +36,11 @@ scaler.update()
 
 ## Fix safety
 
-Safe: it restores what the code means (clipping at the threshold written), and `scaler.step`
-knows the gradients were unscaled and does not unscale them twice. The optimizer is the one the
+Unsafe, because it repairs a bug and so changes what the run computes: clipping then applies to
+the true gradients at the threshold written, instead of to gradients multiplied by the loss scale
+(where it almost never triggers, or always does). `torchlint verify --unsafe-fixes` judges it by
+whether the run still trains. `scaler.step` knows the gradients were unscaled and does not unscale
+them twice. The optimizer is the one the
 same scaler steps (`scaler.step(optimizer)`) in the same function; the fix is withheld when there
 is no such call or more than one optimizer, and when the function calls `unscale_` anywhere else
 (a second `unscale_` before `update()` raises a RuntimeError). The order is followed through
@@ -88,7 +91,7 @@ class ClipWithoutUnscale(Rule):
     kind = "correctness"
     summary = "Gradients clipped while still multiplied by the GradScaler's loss scale (`unscale_` first)"
     severity = Severity.ERROR
-    fix_applicability = "safe"
+    fix_applicability = "unsafe"
     triggers = ("clip_grad",)
 
     @classmethod

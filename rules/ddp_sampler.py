@@ -50,9 +50,12 @@ for epoch in range(epochs):
 
 ## Fix safety
 
-Inserting `sampler.set_epoch(epoch)` as the first statement of the epoch loop is safe: it is what
-the sampler's documentation requires. With epochs counted from 0, the first epoch's order is
-unchanged, and every later epoch gets its own shuffle, as intended. When the sampler is `None` on
+Inserting `sampler.set_epoch(epoch)` as the first statement of the epoch loop is what the
+sampler's documentation requires, and it is unsafe in this project's sense: it repairs a bug and so
+changes what the run computes. With epochs counted from 0, the first epoch's order is unchanged;
+every later epoch gets its own shuffle, as intended, so the data order (and the losses) differ
+from the second epoch on. `torchlint verify --unsafe-fixes` judges it by whether the run still
+trains. When the sampler is `None` on
 some runs (`DistributedSampler(ds) if distributed else None`), the call is guarded with
 `if sampler is not None:`. No fix when the epoch loop is a `while` loop or does not bind a plain
 name, or when the sampler is created inside the epoch loop. The rule is silent when the epoch loop
@@ -93,7 +96,7 @@ class DdpSampler(Rule):
     name = "ddp-sampler"
     kind = "correctness"
     summary = "DDP training without a `DistributedSampler`, or a distributed sampler without `set_epoch(epoch)`"
-    fix_applicability = "safe"
+    fix_applicability = "unsafe"
     triggers = ("DistributedDataParallel", "DistributedSampler")
 
     @classmethod

@@ -37,11 +37,12 @@ Turn them on only while debugging (`if args.detect_anomaly:`), or give `torch.pr
 
 ## Fix safety
 
-Safe where the fix is given: a `set_detect_anomaly(True)` statement is deleted, and a `with` block
-of `detect_anomaly()`, `set_detect_anomaly(True)` or a profiler whose result is not kept (no `as`
+Unsafe: a `set_detect_anomaly(True)` statement is deleted, and a `with` block of
+`detect_anomaly()`, `set_detect_anomaly(True)` or a profiler whose result is not kept (no `as`
 name) is unwrapped, its body kept at the outer indentation (or only that item is dropped when the
-`with` has others). A run that trains without NaN computes the same values either way; the only
-difference is that a NaN in the backward pass no longer stops it with an error. No fix for a
+`with` has others). A run that trains without NaN computes the same values either way, but the
+behaviour changes: a NaN in the backward pass no longer stops the run with an error, and a
+profiler no longer writes its trace. No fix for a
 profiler bound with `as` (the code that reads its results must go too; remove both by hand). The
 rule does not fire for switches under an `if` (a debug flag) other than `if __name__ ==
 "__main__":`, with a non-literal argument (`set_detect_anomaly(args.debug)`, `enabled=flag`),
@@ -84,7 +85,7 @@ class DebugApisLeftOn(Rule):
     name = "debug-apis-left-on"
     kind = "performance"
     summary = "Anomaly detection or a profiler left on in training code"
-    fix_applicability = "safe"
+    fix_applicability = "unsafe"
     triggers = ("anomaly", "profile", "emit_nvtx", "emit_itt")
 
     @classmethod

@@ -34,10 +34,12 @@ self.w = nn.Parameter(torch.randn(n, device="cuda"))  # or build the module, the
 
 ## Fix safety
 
-Safe for deterministic factories (`zeros`, `ones`, `full`, `arange`, `tensor`...): the tensor
-gets the same values, made on the device, and becomes the leaf the code meant it to be. Unsafe for
-random factories (`rand`, `randn`, `randint`...): the CUDA generator gives other numbers than the
-CPU one for the same seed. Like TL201, no fix when the factory takes `**kwargs` (it may already
+Unsafe, because it repairs a bug and so changes what the run computes: the tensor becomes the leaf
+the code meant it to be, so its `.grad` is filled and an optimizer given it now updates it (before
+the fix it never changed). For deterministic factories (`zeros`, `ones`, `full`, `arange`,
+`tensor`...) the starting values are the same; for random ones (`rand`, `randn`, `randint`...) they
+differ too, since the CUDA generator gives other numbers than the CPU one for the same seed.
+`torchlint verify --unsafe-fixes` judges the fixed script by whether it still trains. Like TL201, no fix when the factory takes `**kwargs` (it may already
 carry `device`), when the move does more than move (`memory_format=`, `copy=`), or when both the
 factory and `.to()` give a dtype. For a moved `nn.Parameter(...)`, the fix gives the device to the
 factory inside it (same safety as above) and is withheld when the data is not a factory call.
@@ -73,7 +75,7 @@ class RequiresGradThenMove(Rule):
     kind = "correctness"
     summary = "A `requires_grad=True` tensor moved right after creation is not a leaf: its `.grad` stays None"
     severity = Severity.ERROR
-    fix_applicability = "safe"
+    fix_applicability = "unsafe"
     triggers = ("requires_grad", "Parameter")
 
     @classmethod
@@ -95,7 +97,7 @@ class RequiresGradThenMove(Rule):
         shown = f"torch.{factory}(..., requires_grad=True).{move.method}(...)"
         self.report(factory_call, f"`{shown}` is not a leaf tensor: its `.grad` stays None after backward (an "
                                   "optimizer given it never updates it); create it on the device with `device=`",
-                    create_on_device(self, node, factory_call, factory, move))
+                    create_on_device(self, node, factory_call, factory, move, repairs=True))
 
     def _moved_parameter(self, node: cst.Call, names: tuple[str, ...]) -> None:
         """``nn.Parameter(data).cuda()``: the copy is a plain tensor, not a Parameter."""
@@ -121,6 +123,4 @@ class RequiresGradThenMove(Rule):
             return None
         made_there = set_keyword(data.value, "device", move.device)
         new = replace_arg_value(parameter, data, made_there).with_changes(lpar=node.lpar, rpar=node.rpar)
-        safe = factory in DETERMINISTIC_FACTORIES and move.certain
-        return self.fix("Create the parameter's data on the device", self.replace(node, new),
-                        applicability="safe" if safe else "unsafe")
+        return self.fix("Create the parameter's data on the device", self.replace(node, new))
