@@ -1,0 +1,615 @@
+"""Which function a call calls, and what it does with its callees included.
+
+``Summaries.resolve(path, callee, scope)`` finds the function a call written as ``callee`` (its
+dotted text: ``log_step``, ``self.meter.update``, ``U.log_step``) in function ``scope``
+(``Trainer.fit``; None at module level) of file ``path`` calls, and gives its transitive summary:
+its own facts and, through a fixpoint over the call graph, those of everything it calls that
+resolves, each with the calls that lead there (``Effect.via``). Recursion, mutual recursion and
+cycles across files end: facts only grow, and each is kept once.
+
+A call resolves, as Python would find it, to: a function of the file (module level, or nested in
+an enclosing function); ``self.m()`` in a method of C -> C.m, through C's bases in the file or the
+project (an external base such as ``nn.Module`` is skipped, not searched); ``obj.m()`` where
+``obj`` is bound once, in the scope or at module level, to ``C(...)``, or is a parameter annotated
+``C``; ``self.attr.m()`` where C's methods assign ``self.attr`` only ``C2(...)``; a name bound once
+to a dotted name (``step = self.train_step``); an imported name (``from utils import f``,
+``import utils as U``, ``from .meters import Meter``, re-exports through a package's
+``__init__``, ``from m import *``). ``C(...)`` calls ``C.__init__``; calling an instance calls its
+``__call__``, else its ``forward`` (an ``nn.Module``). Anything else, including a name bound more
+than once, is unresolved: None, never a guess. Dispatch is static: ``self.m()`` is C.m even where
+a subclass overrides it.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from dataclasses import dataclass, replace
+
+from torchlint.analysis.local_facts import UNKNOWN_VALUE, detached, union
+from torchlint.analysis.summaries import (
+    GLOBAL, PARAMETER, RESULT, TENSOR, Argument, CallSite, Effect, FunctionSummary, Import, Keep, Layer, ModeCall,
+    ModuleSummary, Operand, Returned, Scope, Sync,
+)
+
+_MODULE, _CLASS, _INSTANCE, _FUNCTION = "module", "class", "instance", "function"
+_MISSING = object()
+_UNPASSED = object()  # the call leaves the parameter to its default
+_STARRED = object()  # the call may pass it through *args/**kwargs
+_MAX_RECEIVER_PARTS = 5  # mode-call receivers mapped through recursive calls stop growing here
+
+
+class ModuleSource(typing.Protocol):
+    """Where summaries come from (project.ProjectModules): a file's index, and the file an
+    import in a file names (None when it is not the project's)."""
+
+    def summary(self, path: str) -> ModuleSummary | None: ...
+
+    def resolve_import(self, path: str, module: str, level: int) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a call lands: a function, whether the call passes its first parameter implicitly
+    (``obj.m()``, ``C()``), and whether it is a class called (its ``__init__``)."""
+
+    path: str
+    qualname: str
+    bound: bool
+    constructor: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.path, self.qualname
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolved call: the callee's transitive summary, and how the call binds its arguments."""
+
+    function: FunctionSummary
+    bound: bool
+    constructor: bool
+
+    def argument_for(self, index: int, positional: int, keywords: typing.Sequence[str]) -> int | str | None:
+        """Where this call passes the callee's parameter ``index`` (see FunctionSummary.argument_for)."""
+        return self.function.argument_for(index, self.bound, positional, keywords)
+
+
+class Summaries:
+    """Resolved calls and transitive summaries, computed on demand and kept for the process;
+    ``clear()`` forgets them (a project file changed)."""
+
+    def __init__(self, modules: ModuleSource):
+        self.modules = modules
+        self.clear()
+
+    def clear(self) -> None:
+        self._final: dict[tuple[str, str], FunctionSummary | None] = {}
+        self._depends: dict[tuple[str, str], frozenset[str]] = {}
+        self._targets: dict[tuple, tuple[Target | None, frozenset[str]]] = {}
+        self._bases: dict[tuple, tuple[list, frozenset[str]]] = {}
+        self._asked: dict[str, set[str]] = {}
+
+    # -- what rules ask
+
+    def resolve(self, path: str, callee: str, scope: str | None) -> Resolved | None:
+        path = os.path.abspath(path)
+        target, consulted = self._target(path, scope, callee)
+        asked = self._asked.setdefault(path, set())
+        asked |= consulted
+        if target is None:
+            return None
+        summary = self._transitive(target.key)
+        asked |= self._depends.get(target.key, frozenset())
+        return None if summary is None else Resolved(summary, target.bound, target.constructor)
+
+    def resolve_call(self, path: str, callee: str, scope: str | None) -> FunctionSummary | None:
+        """The transitive summary of what a call written as ``callee`` in ``scope`` calls."""
+        resolved = self.resolve(path, callee, scope)
+        return None if resolved is None else resolved.function
+
+    def function(self, path: str, qualname: str) -> FunctionSummary | None:
+        """The transitive summary of a function of a file, by its qualified name."""
+        path = os.path.abspath(path)
+        summary = self._transitive((path, qualname))
+        self._asked.setdefault(path, set()).update(self._depends.get((path, qualname), {path}))
+        return summary
+
+    def consulted(self, path: str) -> frozenset[str]:
+        """The files read to answer what was asked about ``path`` so far, itself included."""
+        return frozenset(self._asked.get(os.path.abspath(path), ()))
+
+    # -- resolution
+
+    def _module(self, path: str, consulted: set[str]) -> ModuleSummary | None:
+        consulted.add(path)
+        return self.modules.summary(path)
+
+    def _target(self, path: str, scope: str | None, callee: str) -> tuple[Target | None, frozenset[str]]:
+        key = (path, scope, callee)
+        found = self._targets.get(key)
+        if found is None:
+            consulted: set[str] = set()
+            found = self._targets[key] = (self._callable(self._object(path, scope, callee, consulted, set()),
+                                                         consulted), frozenset(consulted))
+        return found
+
+    def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:
+        """What a dotted name means in a scope: a module, class, instance or function (a tuple
+        whose first item says which), or None."""
+        key = (path, scope, text)
+        if key in seen:
+            return None
+        seen.add(key)
+        first, *rest = text.split(".")
+        found = self._name(path, scope, first, consulted, seen)
+        for attribute in rest:
+            if found is None:
+                break
+            found = self._member(found, attribute, consulted, seen)
+        seen.discard(key)
+        return found
+
+    def _name(self, path: str, scope: str | None, name: str, consulted: set[str], seen: set) -> tuple | None:
+        module = self._module(path, consulted)
+        if module is None:
+            return None
+        current = scope
+        while current:
+            if current not in module.classes:  # a class body does not enclose its methods
+                function = module.function(current)
+                if function is not None:
+                    if name == function.self_name:
+                        return (_CLASS if function.kind == "classmethod" else _INSTANCE, path, function.class_name)
+                    found = self._in_scope(module, current, function.scope, name, consulted, seen)
+                    if found is not _MISSING:
+                        return found
+            current = current.rpartition(".")[0]
+        return self._global(module, name, consulted, seen)
+
+    def _in_scope(self, module: ModuleSummary, scope_name: str | None, scope: Scope, name: str, consulted: set[str],
+                  seen: set) -> object:
+        if name not in scope.locals:
+            return _MISSING
+        text = scope.aliases.get(name)
+        if text is not None:
+            return self._object(module.path, scope_name, text, consulted, seen)
+        text = scope.instances.get(name)
+        if text is not None:
+            found = self._object(module.path, scope_name, text, consulted, seen)
+            return (_INSTANCE, found[1], found[2]) if found is not None and found[0] == _CLASS else None
+        imported = scope.imports.get(name)
+        if imported is not None:
+            return self._import(module.path, imported, consulted, seen)
+        if name in scope.nested:
+            qualname = f"{scope_name}.{name}" if scope_name else name
+            return (_CLASS, module.path, qualname) if qualname in module.classes else \
+                (_FUNCTION, module.path, qualname, False)
+        return None  # a local whose value nothing here knows
+
+    def _global(self, module: ModuleSummary, name: str, consulted: set[str], seen: set) -> tuple | None:
+        found = self._in_scope(module, None, module.scope, name, consulted, seen)
+        if found is not _MISSING:
+            return found
+        if name.startswith("_"):
+            return None
+        for imported in reversed(module.star_imports):
+            path = self.modules.resolve_import(module.path, imported.module, imported.level)
+            other = self._module(path, consulted) if path is not None else None
+            key = ("*", path, name)
+            if other is not None and key not in seen:
+                seen.add(key)
+                found = self._global(other, name, consulted, seen)
+                seen.discard(key)
+                if found is not None:
+                    return found
+        return None
+
+    def _import(self, path: str, imported: Import, consulted: set[str], seen: set) -> tuple | None:
+        if imported.name is None:
+            target = self.modules.resolve_import(path, imported.module, imported.level)
+            return (_MODULE, target) if target is not None else None
+        base = self.modules.resolve_import(path, imported.module, imported.level)
+        if base is not None:
+            found = self._member((_MODULE, base), imported.name, consulted, seen)
+            if found is not None:
+                return found
+        submodule = f"{imported.module}.{imported.name}" if imported.module else imported.name
+        target = self.modules.resolve_import(path, submodule, imported.level)  # a namespace package's module
+        return (_MODULE, target) if target is not None else None
+
+    def _member(self, found: tuple, attribute: str, consulted: set[str], seen: set) -> tuple | None:
+        kind = found[0]
+        if kind == _MODULE:
+            module = self._module(found[1], consulted)
+            member = self._global(module, attribute, consulted, seen) if module is not None else None
+            if member is None and os.path.basename(found[1]) == "__init__.py":
+                target = self.modules.resolve_import(found[1], attribute, 1)  # a package's submodule
+                member = (_MODULE, target) if target is not None else None
+            return member
+        if kind not in (_CLASS, _INSTANCE):
+            return None
+        method = self._method(found[1], found[2], attribute, consulted, seen)
+        if method is not None:
+            path, qualname, method_kind = method
+            bound = method_kind == "classmethod" or (kind == _INSTANCE and method_kind != "staticmethod")
+            return _FUNCTION, path, qualname, bound
+        if kind == _CLASS:
+            module = self._module(found[1], consulted)
+            nested = f"{found[2]}.{attribute}"
+            return (_CLASS, found[1], nested) if module is not None and nested in module.classes else None
+        assigned = self._instance_attribute(found[1], found[2], attribute, consulted, seen)
+        if assigned is None:
+            return None
+        value = self._object(*assigned, consulted, seen)
+        return (_INSTANCE, value[1], value[2]) if value is not None and value[0] == _CLASS else None
+
+    def _classes(self, path: str, qualname: str, consulted: set[str], seen: set) -> list[tuple[str, str]]:
+        """The class and its bases of the project, in method resolution order (depth first)."""
+        key = ("mro", path, qualname)
+        cached = self._bases.get(key)
+        if cached is None:
+            found: list[tuple[str, str]] = []
+            mine: set[str] = set()
+            self._add_bases(path, qualname, found, mine, seen)
+            cached = self._bases[key] = (found, frozenset(mine))
+        consulted |= cached[1]
+        return cached[0]
+
+    def _add_bases(self, path: str, qualname: str, found: list, consulted: set[str], seen: set) -> None:
+        module = self._module(path, consulted)
+        summary = module.classes.get(qualname) if module is not None else None
+        if summary is None or (path, qualname) in found:
+            return
+        found.append((path, qualname))
+        for base in summary.bases:
+            value = self._object(path, summary.scope, base, consulted, seen)
+            if value is not None and value[0] == _CLASS:
+                self._add_bases(value[1], value[2], found, consulted, seen)
+
+    def _method(self, path: str, qualname: str, name: str, consulted: set[str], seen: set) -> tuple | None:
+        for class_path, class_name in self._classes(path, qualname, consulted, seen):
+            summary = self.modules.summary(class_path).classes[class_name]
+            if name in summary.methods:
+                return class_path, f"{class_name}.{name}", summary.methods[name]
+        return None
+
+    def _instance_attribute(self, path: str, qualname: str, attribute: str, consulted: set[str],
+                            seen: set) -> tuple | None:
+        """``(path, scope, callee)`` when the class's methods (its bases' included) assign
+        ``self.<attribute>`` only ``callee(...)``."""
+        found = set()
+        for class_path, class_name in self._classes(path, qualname, consulted, seen):
+            module = self.modules.summary(class_path)
+            for method in module.classes[class_name].methods:
+                function = module.function(f"{class_name}.{method}")
+                callee = function.self_attributes.get(attribute) if function is not None else None
+                if callee is not None:
+                    found.add((class_path, function.qualname, callee))
+        if len(found) != 1 or len({callee for _, _, callee in found}) != 1:
+            return None
+        path, scope, callee = found.pop()
+        return (path, scope, callee) if callee else None
+
+    def _callable(self, found: tuple | None, consulted: set[str]) -> Target | None:
+        if found is None:
+            return None
+        kind = found[0]
+        if kind == _FUNCTION:
+            return Target(found[1], found[2], found[3])
+        if kind == _CLASS:
+            method = self._method(found[1], found[2], "__init__", consulted, set())
+            return Target(method[0], method[1], True, True) if method is not None else None
+        if kind == _INSTANCE:
+            method = self._method(found[1], found[2], "__call__", consulted, set()) or \
+                self._method(found[1], found[2], "forward", consulted, set())
+            return Target(method[0], method[1], True) if method is not None else None
+        return None
+
+    # -- the fixpoint
+
+    def _node(self, key: tuple[str, str]) -> tuple[FunctionSummary | None, list[Target | None], set[str]]:
+        """A function's local summary, where each of its calls lands, and the files read to know."""
+        path, qualname = key
+        consulted = {path}
+        module = self.modules.summary(path)
+        local = module.function(qualname) if module is not None else None
+        targets = []
+        for site in local.calls if local is not None else ():
+            target, read = self._target(path, qualname, site.callee)
+            consulted |= read
+            targets.append(target)
+        return local, targets, consulted
+
+    def _transitive(self, key: tuple[str, str]) -> FunctionSummary | None:
+        """Tarjan's strongly connected components over the calls reachable from ``key`` that are
+        not summarized yet; each component, callees first, is solved to its fixpoint."""
+        if key in self._final:
+            return self._final[key]
+        index: dict = {}
+        low: dict = {}
+        nodes: dict = {}
+        stack: list = []
+        on_stack: set = set()
+        work = [(key, 0)]
+        while work:
+            node, position = work[-1]
+            if position == 0 and node not in index:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+                local, targets, consulted = self._node(node)
+                callees = list(dict.fromkeys(t.key for t in targets if t is not None and t.key not in self._final))
+                nodes[node] = (local, targets, consulted, callees)
+            callees = nodes[node][3]
+            if position < len(callees):
+                work[-1] = (node, position + 1)
+                callee = callees[position]
+                if callee not in index:
+                    work.append((callee, 0))
+                elif callee in on_stack:
+                    low[node] = min(low[node], index[callee])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                self._solve(component, nodes)
+        return self._final[key]
+
+    def _solve(self, component: list, nodes: dict) -> None:
+        current: dict = {member: None for member in component}
+        cyclic = len(component) > 1 or component[0] in nodes[component[0]][3]
+        while True:
+            changed = False
+            for member in component:
+                local, targets = nodes[member][:2]
+                if local is None:
+                    continue
+                summary = _compose(local, targets, self._final, current)
+                if current[member] is None or _signature(summary) != _signature(current[member]):
+                    current[member] = summary
+                    changed = True
+            if not (cyclic and changed):
+                break
+        depends = set()
+        for member in component:
+            depends |= nodes[member][2]
+            for target in nodes[member][1]:
+                if target is not None and target.key not in current:
+                    depends |= self._depends.get(target.key, frozenset())
+        for member in component:
+            self._final[member] = current[member]
+            self._depends[member] = frozenset(depends)
+
+
+def _compose(local: FunctionSummary, targets: list[Target | None], final: dict, current: dict) -> FunctionSummary:
+    """A function's local facts with its callees' (as far as they are known) mapped in."""
+    facts = _Facts()
+    results: list[tuple[Operand, ...]] = []
+    bindings: list[_Binding | None] = []
+    for site, target in zip(local.calls, targets):
+        callee = None if target is None else current[target.key] if target.key in current else \
+            final.get(target.key)
+        if callee is None:
+            in_progress = target is not None and target.key in current
+            results.append(() if in_progress else _expand(site.fallback, results))
+            bindings.append(None)
+            continue
+        binding = _Binding(callee, site, target, results)
+        results.append(binding.result())
+        bindings.append(binding)
+        facts.add_callee(binding)
+    facts.add_local(local, results)
+    returns = tuple(_returned(r, results, bindings) for r in local.returns)
+    return facts.summary(local, returns)
+
+
+def _expand(ops: tuple[Operand, ...], results: list) -> tuple[Operand, ...]:
+    """Operands with each call's result replaced by what that call gives back."""
+    if all(op.kind != RESULT for op in ops):
+        return ops
+    return union(*((results[op.index] if op.index < len(results) else UNKNOWN_VALUE) if op.kind == RESULT
+                   else (op,) for op in ops))
+
+
+class _Binding:
+    """One call of a resolved callee: the callee's parameters in the caller's terms."""
+
+    def __init__(self, callee: FunctionSummary, site: CallSite, target: Target, results: list):
+        self.callee, self.site, self.target, self.results = callee, site, target, results
+        self.positional = [a for a in site.arguments if a.keyword is None]
+        self.keywords = {a.keyword: a for a in site.arguments if a.keyword not in (None, "**")}
+
+    def argument(self, index: int) -> object:
+        """The Argument given for parameter ``index``, _UNPASSED or _STARRED (None: none at all,
+        the instance a constructor makes)."""
+        where = self.callee.argument_for(index, self.target.bound, len(self.positional), self.keywords)
+        if where == -1:
+            return None if self.target.constructor else self.site.receiver
+        if self.site.star:
+            return _STARRED
+        if isinstance(where, int):
+            return self.positional[where]
+        return self.keywords[where] if where is not None else _UNPASSED
+
+    def sources(self, op: Operand) -> tuple[Operand, ...]:
+        """A callee's operand as the caller's operands."""
+        if op.kind != PARAMETER:
+            return (op,)
+        argument = self.argument(op.index)
+        if argument is _STARRED:
+            return UNKNOWN_VALUE
+        if not isinstance(argument, Argument):
+            return ()
+        ops = _expand(argument.sources, self.results)
+        return ops if op.graph else detached(ops)
+
+    def holder(self, holder: Operand) -> Operand | None:
+        if holder.kind == GLOBAL:
+            return holder
+        argument = self.argument(holder.index)
+        return argument.holder if isinstance(argument, Argument) else None
+
+    def result(self) -> tuple[Operand, ...]:
+        if self.target.constructor or self.callee.generator:
+            return UNKNOWN_VALUE
+        ops = union(*(self.sources(op) for r in self.callee.returns for op in r.value))
+        return detached(ops) if self.site.grad is False else ops
+
+    def receiver(self, text: str) -> str | None:
+        """A mode call's receiver in the caller's terms (``model`` passed as ``net``)."""
+        root, dot, rest = text.partition(".")
+        if root not in self.callee.parameters:
+            return text
+        argument = self.argument(self.callee.parameters.index(root))
+        if not isinstance(argument, Argument) or argument.text is None:
+            return None
+        mapped = argument.text + dot + rest
+        return mapped if mapped.count(".") < _MAX_RECEIVER_PARTS else None
+
+    def layer(self, layer: Layer | None) -> Layer | None:
+        """The callee's returned layer, its bias read through this call's arguments."""
+        if layer is None:
+            return None
+        bias, parameter = layer.bias, layer.parameter
+        if bias == "parameter":
+            bias, parameter = "unknown", None
+            argument = self.argument(layer.parameter.index)
+            if argument is _UNPASSED:
+                default = self.callee.defaults[layer.parameter.index]
+                bias = default if default in ("True", "False") else "unknown"
+            elif isinstance(argument, Argument):
+                if argument.literal in ("True", "False"):
+                    bias = argument.literal
+                elif len(argument.sources) == 1 and argument.sources[0].kind == PARAMETER and \
+                        argument.sources[0].name == argument.text:
+                    bias, parameter = "parameter", argument.sources[0]
+        return Layer(layer.kind, layer.effect.through(self.site.effect), bias, parameter)
+
+
+def _returned(returned: Returned, results: list, bindings: list) -> Returned:
+    """A return path with the calls it returns the result of resolved."""
+    layer, factory, forward = returned.layer, returned.factory, returned.forward
+    binding = bindings[returned.call] if returned.call is not None else None
+    if binding is not None:
+        via = binding.site.effect
+        callee = binding.callee
+        layer = layer or binding.layer(callee.returns_layer)
+        if factory is None and callee.returns_factory is not None:
+            factory = replace(callee.returns_factory, effect=callee.returns_factory.effect.through(via))
+        if forward is None and binding.site.grad is not False and callee.returns_forward is not None:
+            forward = callee.returns_forward.through(via)
+    binding = bindings[returned.layer_call] if returned.layer_call is not None else None
+    if layer is None and binding is not None:
+        layer = binding.layer(binding.callee.returns_layer)
+    return replace(returned, value=_expand(returned.value, results), layer=layer, factory=factory, forward=forward)
+
+
+def _shorter(store: dict, key: tuple, fact: object, effect: Effect) -> None:
+    """Keep each fact once, reached by the shortest chain of calls."""
+    found = store.get(key)
+    if found is None or len(effect.via) < len(found[1].via):
+        store[key] = (fact, effect)
+
+
+class _Facts:
+    """The facts of one function as they are gathered, each once."""
+
+    def __init__(self) -> None:
+        self.syncs: dict = {}
+        self.clears: dict = {}
+        self.keeps: dict = {}
+        self.forwards: dict = {}
+        self.backward: dict = {}
+        self.autograd: dict = {}
+        self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
+
+    def sync(self, effect: Effect, op: Operand) -> None:
+        _shorter(self.syncs, (effect.location, op.key), Sync(effect, op), effect)
+
+    def keep(self, keep: Keep, effect: Effect, op: Operand, holder: Operand, with_graph: bool) -> None:
+        if op.kind in (PARAMETER, TENSOR):
+            fact = Keep(effect, op, holder, keep.into, keep.how, with_graph)
+            _shorter(self.keeps, (effect.location, op.key, holder.key, keep.into, keep.how, with_graph), fact, effect)
+
+    def mode(self, call: ModeCall, position: tuple[int, int]) -> None:
+        found = self.modes.get(call.receiver)
+        if found is None or position >= found[0]:
+            self.modes[call.receiver] = (position, call)
+
+    def add_local(self, local: FunctionSummary, results: list) -> None:
+        for sync in local.host_syncs:
+            for op in _expand((sync.reads,), results):
+                self.sync(sync.effect, op)
+        for keep in local.keeps:
+            for op in _expand((keep.value,), results):
+                self.keep(keep, keep.effect, op, keep.holder, keep.with_graph and op.graph)
+        for store, effects in ((self.clears, local.clears_cache), (self.forwards, local.forwards_with_grad),
+                               (self.backward, local.backward), (self.autograd, local.autograd)):
+            for effect in effects:
+                _shorter(store, effect.location, effect, effect)
+        for call in local.mode_calls:
+            self.mode(call, (call.effect.line, call.effect.column))
+
+    def add_callee(self, binding: _Binding) -> None:
+        site, callee = binding.site, binding.callee
+        via = site.effect
+        if not site.periodic:
+            for sync in callee.host_syncs:
+                effect = sync.effect.through(via)
+                for op in binding.sources(sync.reads):
+                    self.sync(effect, op)
+            for effect in callee.clears_cache:
+                _shorter(self.clears, effect.location, effect.through(via), effect.through(via))
+        for keep in callee.keeps:
+            holder = binding.holder(keep.holder)
+            if holder is not None:
+                effect = keep.effect.through(via)
+                for op in binding.sources(keep.value):
+                    self.keep(keep, effect, op, holder, keep.with_graph and op.graph)
+        stores = [(self.backward, callee.backward), (self.autograd, callee.autograd)]
+        if site.grad is True:
+            stores.append((self.forwards, callee.forwards_with_grad))
+        for store, effects in stores:
+            for effect in effects:
+                _shorter(store, effect.location, effect.through(via), effect.through(via))
+        for call in callee.mode_calls:
+            receiver = binding.receiver(call.receiver)
+            if receiver is not None:
+                self.mode(ModeCall(receiver, call.mode, call.effect.through(via)), (via.line, via.column))
+
+    def summary(self, local: FunctionSummary, returns: tuple[Returned, ...]) -> FunctionSummary:
+        def ordered(store: dict) -> tuple:
+            return tuple(store[key][0] for key in sorted(store))
+        return replace(local, host_syncs=ordered(self.syncs), clears_cache=ordered(self.clears),
+                       keeps=ordered(self.keeps), forwards_with_grad=ordered(self.forwards),
+                       backward=ordered(self.backward), autograd=ordered(self.autograd),
+                       mode_calls=tuple(self.modes[receiver][1] for receiver in sorted(self.modes)),
+                       returns=returns)
+
+
+def _signature(summary: FunctionSummary) -> tuple:
+    """A summary's facts without the chains that reach them: equal signatures, same facts."""
+    def where(effect: Effect | None) -> tuple | None:
+        return None if effect is None else effect.location
+    return (
+        frozenset((s.effect.location, s.reads.key) for s in summary.host_syncs),
+        frozenset(where(e) for e in summary.clears_cache),
+        frozenset((k.effect.location, k.value.key, k.holder.key, k.into, k.how, k.with_graph) for k in summary.keeps),
+        frozenset(where(e) for e in summary.forwards_with_grad),
+        frozenset(where(e) for e in summary.backward),
+        frozenset(where(e) for e in summary.autograd),
+        frozenset((m.receiver, m.mode, where(m.effect)) for m in summary.mode_calls),
+        tuple((tuple(op.key for op in r.value), where(r.layer and r.layer.effect), r.layer and r.layer.bias,
+               where(r.factory and r.factory.effect), where(r.forward)) for r in summary.returns),
+    )
