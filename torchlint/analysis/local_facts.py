@@ -254,6 +254,8 @@ DERIVING_BUILTINS = frozenset({"min", "max", "sum", "abs", "round", "sorted", "l
                                "enumerate", "reversed", "map", "filter", "iter", "next", "getattr", "any", "all",
                                "frozenset"})
 HOST_CONVERSIONS = frozenset({"float", "int", "bool"})
+HOST_NEUTRAL = frozenset({"detach", "clone", "float", "double", "long", "int", "half", "squeeze", "flatten", "view",
+                          "reshape"})  # methods that leave a host copy on the host
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
 SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
@@ -753,7 +755,8 @@ class _FunctionWalker:
         """The methods that are no call of the project's code; None for the others."""
         func = node.func
         if method in SYNC_METHODS or (method == "cpu" and not node.args and not node.keywords):
-            self._sync(node, receiver)
+            if not _on_host(func.value):  # `t.cpu().numpy()` waits once, at `.cpu()`
+                self._sync(node, receiver)
             return receiver if method == "cpu" else ()
         if method == "format" and type(func.value) is ast.Constant and isinstance(func.value.value, str):
             self._sync(node, union(*positional, *keywords))  # "{:.3f}".format(loss)
@@ -924,6 +927,17 @@ class _FunctionWalker:
         if name is None or name.endswith("_like") or any(k.arg in (None, "device", "out") for k in node.keywords):
             return None
         return Factory(name, self._effect(node), name in RANDOM_FACTORIES)
+
+
+def _on_host(expr: ast.AST) -> bool:
+    """Is the value already copied to the host (``t.cpu()``, ``t.detach().cpu().float()``)?"""
+    while type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        if expr.func.attr == "cpu":
+            return True
+        if expr.func.attr not in HOST_NEUTRAL:
+            return False
+        expr = expr.func.value
+    return False
 
 
 def _has_docstring(node: ast.AST) -> bool:
