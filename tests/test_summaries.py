@@ -17,7 +17,7 @@ import pytest
 
 from torchlint.analysis.local_facts import summarize_module
 from torchlint.analysis.project import ProjectModules
-from torchlint.analysis.summaries import Effect, FunctionSummary, ModuleSummary, Operand, encode
+from torchlint.analysis.summaries import Effect, FunctionSummary, ModuleSummary, Operand
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -42,7 +42,8 @@ def value(op: Operand) -> str:
 
 def facts(summary: FunctionSummary, root: Path) -> list[str]:
     """Every fact of a summary, one line each."""
-    lines = [f"sync {where(s.effect, root)} reads {value(s.reads)}{via(s.effect, root)}" for s in summary.host_syncs]
+    lines = [f"sync {where(s.effect, root)} ({s.how}) reads {', '.join(map(value, s.reads))}{via(s.effect, root)}"
+             for s in summary.host_syncs]
     lines += [f"clears {where(e, root)}{via(e, root)}" for e in summary.clears_cache]
     lines += [f"keeps {value(k.value)} {'with' if k.with_graph else 'without'} graph in {k.into} ({k.how}, "
               f"held by {value(k.holder)}) at {where(k.effect, root)}{via(k.effect, root)}" for k in summary.keeps]
@@ -86,7 +87,7 @@ def row(name: str, files: dict[str, str] | str, query: tuple, expected: list[str
 row("direct-sync", """
     def log_step(loss):
         return loss.item()
-    """, ("train.py", "log_step", None), ["sync train.py:2 loss.item() reads parameter 0 loss"])
+    """, ("train.py", "log_step", None), ["sync train.py:2 loss.item() (method) reads parameter 0 loss"])
 
 row("sync-on-parameter-vs-python-number", """
     def report(loss, count: int):
@@ -101,8 +102,8 @@ row("sync-on-parameter-vs-python-number", """
         report(3.0, 1)
         report(model(x), 1)
     """, ("train.py", "fit"), [
-        "sync train.py:2 float(loss) reads tensor via train.py:11 report(...)",
-        "sync train.py:6 loss.item() reads tensor via train.py:11 report(...)",
+        "sync train.py:2 float(loss) (conversion) reads tensor via train.py:11 report(...)",
+        "sync train.py:6 loss.item() (method) reads tensor via train.py:11 report(...)",
         "forward train.py:11 model(x)",
     ])
 
@@ -120,14 +121,14 @@ row("formatting-and-printing-a-tensor", """
         out.cpu().numpy()
         out.tolist()
     """, ("train.py", "show"), [
-        "sync train.py:5 print(out) reads tensor",
-        "sync train.py:6 f\"{out.mean():.3f}\" reads tensor",
-        "sync train.py:7 \"{}\".format(out) reads tensor",
-        "sync train.py:8 \"%s\" % (out,) reads tensor",
-        "sync train.py:9 torch.cuda.synchronize() reads device",
-        "sync train.py:10 out.cpu() reads tensor",
-        "sync train.py:11 out.cpu() reads tensor",
-        "sync train.py:12 out.tolist() reads tensor",
+        "sync train.py:5 print(out) (print) reads tensor",
+        "sync train.py:6 f\"{out.mean():.3f}\" (format) reads tensor",
+        "sync train.py:7 \"{}\".format(out) (format) reads tensor",
+        "sync train.py:8 \"%s\" % (out,) (format) reads tensor",
+        "sync train.py:9 torch.cuda.synchronize() (synchronize) reads device",
+        "sync train.py:10 out.cpu() (method) reads tensor",
+        "sync train.py:11 out.cpu() (method) reads tensor",
+        "sync train.py:12 out.tolist() (method) reads tensor",
         "forward train.py:4 model(x)",
     ])
 
@@ -156,7 +157,7 @@ row("periodic-sync-not-counted", """
 
     def show(x):
         print(x)
-    """, ("train.py", "fit"), ["sync train.py:24 print(x) reads parameter 0 loss (detached) via train.py:21 show(...)"])
+    """, ("train.py", "fit"), ["sync train.py:24 print(x) (print) reads parameter 0 loss (detached) via train.py:21 show(...)"])
 
 row("periodic-helper-itself", ROWS[-1].values[0], ("train.py", "log_step"), [])
 
@@ -165,7 +166,7 @@ row("recursion", """
         if n > 0:
             return walk(x, n - 1)
         return x.item()
-    """, ("train.py", "walk"), ["sync train.py:4 x.item() reads parameter 0 x"])
+    """, ("train.py", "walk"), ["sync train.py:4 x.item() (method) reads parameter 0 x"])
 
 row("mutual-recursion", """
     import torch
@@ -179,7 +180,7 @@ row("mutual-recursion", """
         ping(y, n)
         torch.cuda.empty_cache()
     """, ("train.py", "pong"), [
-        "sync train.py:6 print(x) reads parameter 0 y via train.py:9 ping(...)",
+        "sync train.py:6 print(x) (print) reads parameter 0 y via train.py:9 ping(...)",
         "clears train.py:10 torch.cuda.empty_cache()",
     ])
 
@@ -200,7 +201,7 @@ row("cycle-across-two-files", {
             torch.cuda.empty_cache()
         """,
 }, ("a.py", "f"), [
-    "sync a.py:5 x.item() reads parameter 0 x",
+    "sync a.py:5 x.item() (method) reads parameter 0 x",
     "clears b.py:6 torch.cuda.empty_cache() via a.py:4 g(...)",
 ])
 
@@ -214,7 +215,7 @@ row("self-method-and-base-class", """
     class Trainer(Base):
         def fit(self, loss):
             self.log(loss)
-    """, ("train.py", "self.log", "Trainer.fit"), ["sync train.py:3 value.item() reads parameter 1 value"])
+    """, ("train.py", "self.log", "Trainer.fit"), ["sync train.py:3 value.item() (method) reads parameter 1 value"])
 
 INSTANCES = """
     class Meter:
@@ -231,9 +232,9 @@ INSTANCES = """
         meter.update(loss)
     """
 row("instance-bound-in-the-scope", INSTANCES, ("train.py", "fit"),
-    ["sync train.py:3 val.item() reads parameter 0 loss via train.py:9 local.update(...)"])
+    ["sync train.py:3 val.item() (method) reads parameter 0 loss via train.py:9 local.update(...)"])
 row("instance-bound-at-module-level", INSTANCES, ("train.py", "meter.update", "report"),
-    ["sync train.py:3 val.item() reads parameter 1 val"])
+    ["sync train.py:3 val.item() (method) reads parameter 1 val"])
 
 row("self-attribute-bound-to-a-class", """
     class Meter:
@@ -270,7 +271,7 @@ row("bound-method-aliases", """
                 step(batch)
                 log(loss)
     """, ("train.py", "Trainer.fit"), [
-        "sync train.py:5 print(val) reads parameter 2 loss via train.py:17 log(...)",
+        "sync train.py:5 print(val) (print) reads parameter 2 loss via train.py:17 log(...)",
         "clears train.py:9 torch.cuda.empty_cache() via train.py:16 step(...)",
     ])
 
@@ -311,8 +312,8 @@ row("static-and-class-methods-bind-their-arguments", """
             Logger.show(value)
             self.make(scale=2.0, value=value)
     """, ("train.py", "Logger.log"), [
-        "sync train.py:4 print(value) reads parameter 1 value via train.py:11 self.show(...)",
-        "sync train.py:8 float(value * scale) reads parameter 1 value via train.py:13 self.make(...)",
+        "sync train.py:4 print(value) (print) reads parameter 1 value via train.py:11 self.show(...)",
+        "sync train.py:8 float(value * scale) (conversion) reads parameter 1 value via train.py:13 self.make(...)",
     ])
 
 row("annotated-parameter-is-an-instance", """
@@ -322,7 +323,7 @@ row("annotated-parameter-is-an-instance", """
 
     def fit(meter: Meter, loss):
         meter.update(loss)
-    """, ("train.py", "meter.update", "fit"), ["sync train.py:3 val.item() reads parameter 1 val"])
+    """, ("train.py", "meter.update", "fit"), ["sync train.py:3 val.item() (method) reads parameter 1 val"])
 
 row("calling-an-instance-runs-forward", """
     import torch.nn as nn
@@ -339,7 +340,7 @@ row("calling-an-instance-runs-forward", """
         def step(self, x):
             return self.net(x)
     """, ("train.py", "Trainer.step"), [
-        "sync train.py:5 x.sum().item() reads parameter 1 x via train.py:13 self.net(...)",
+        "sync train.py:5 x.sum().item() (method) reads parameter 1 x via train.py:13 self.net(...)",
         "forward train.py:13 self.net(x)",
         "returns forward train.py:13 self.net(x)",
     ])
@@ -349,7 +350,7 @@ row("nested-function", """
         def inner(y):
             return y.item()
         return inner(x)
-    """, ("train.py", "outer"), ["sync train.py:3 y.item() reads parameter 0 x via train.py:4 inner(...)"])
+    """, ("train.py", "outer"), ["sync train.py:3 y.item() (method) reads parameter 0 x via train.py:4 inner(...)"])
 
 # --- the project's modules ---
 
@@ -400,7 +401,7 @@ PROJECT = {
 }
 
 row("absolute-import", PROJECT, ("train.py", "log_step", "fit"),
-    ["sync utils.py:4 f\"loss {loss}\" reads parameter 0 loss"])
+    ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss"])
 row("import-as", PROJECT, ("train.py", "U.free_memory", "fit"), ["clears utils.py:7 torch.cuda.empty_cache()"])
 METER_UPDATE = [
     "keeps parameter 1 val with graph in self.sum (augment, held by parameter 0 self) at "
@@ -422,11 +423,11 @@ row("dotted-module-import-and-star-import", {
             pkg.meters.AverageMeter().update(loss)
             log_step(loss)
         """,
-}, ("script.py", "run"), ["sync utils.py:4 f\"loss {loss}\" reads parameter 0 loss via script.py:6 log_step(...)"])
+}, ("script.py", "run"), ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss via script.py:6 log_step(...)"])
 row("unresolvable-import", PROJECT, ("train.py", "helper", "fit"), None)
 row("third-party-import", PROJECT, ("train.py", "np.mean", "fit"), None)
 row("everything-through-the-imports", PROJECT, ("train.py", "fit"), [
-    "sync utils.py:4 f\"loss {loss}\" reads tensor via train.py:11 log_step(...)",
+    "sync utils.py:4 f\"loss {loss}\" (format) reads tensor via train.py:11 log_step(...)",
     "clears utils.py:7 torch.cuda.empty_cache() via train.py:12 U.free_memory()",
     "keeps tensor with graph in self.sum (augment, held by global) at pkg/meters.py:3 self.sum += val * n "
     "via train.py:13 meter.update(...)",
@@ -456,8 +457,8 @@ row("meter-keeps-val-with-its-graph", METERS, ("train.py", "WithGraph.update"), 
     "train.py:4 self.history.append(val)",
 ])
 row("meter-keeps-val-item", METERS, ("train.py", "Detached.update"), [
-    "sync train.py:8 val.item() reads parameter 1 val",
-    "sync train.py:10 val.cpu() reads parameter 1 val",
+    "sync train.py:8 val.item() (method) reads parameter 1 val",
+    "sync train.py:10 val.cpu() (method) reads parameter 1 val",
     "keeps parameter 2 n with graph in self.sum (augment, held by parameter 0 self) at "
     "train.py:8 self.sum += val.item() * n",
     "keeps parameter 1 val (detached) without graph in self.history (append, held by parameter 0 self) at "
@@ -731,7 +732,7 @@ def test_dependencies_change_with_an_imported_file(tmp_path):
     modules = ProjectModules(tmp_path)
     assert modules.dependencies(train) == []
     log_step = modules.summaries.resolve_call(str(train), "log_step", "fit")
-    assert [line.split(" reads")[0] for line in facts(log_step, tmp_path)] == ['sync utils.py:4 f"loss {loss}"']
+    assert [line.split(" reads")[0] for line in facts(log_step, tmp_path)] == ['sync utils.py:4 f"loss {loss}" (format)']
     before = modules.dependencies(train)
     assert [path.relative_to(tmp_path).as_posix() for path, _ in before] == ["utils.py"]
     modules.summaries.resolve_call(str(train), "meter.update", "fit")
@@ -810,7 +811,7 @@ def test_summaries_survive_json(tmp_path):
     data = json.loads(json.dumps(module.to_json()))
     back = ModuleSummary.from_json(data)
     assert back.functions == module.functions and back.classes == module.classes and back.scope == module.scope
-    assert encode(back.functions) == data["functions"]
+    assert back.to_json() == data
 
 
 # --- positions, laziness ---

@@ -189,22 +189,22 @@ class Summaries:
         return None  # a local whose value nothing here knows
 
     def _global(self, module: ModuleSummary, name: str, consulted: set[str], seen: set) -> tuple | None:
-        found = self._in_scope(module, None, module.scope, name, consulted, seen)
-        if found is not _MISSING:
-            return found
-        if name.startswith("_"):
+        """A module-level name, through the module's imports (a cycle of re-exports is unresolved)."""
+        key = ("global", module.path, name)
+        if key in seen:
             return None
-        for imported in reversed(module.star_imports):
-            path = self.modules.resolve_import(module.path, imported.module, imported.level)
-            other = self._module(path, consulted) if path is not None else None
-            key = ("*", path, name)
-            if other is not None and key not in seen:
-                seen.add(key)
-                found = self._global(other, name, consulted, seen)
-                seen.discard(key)
+        seen.add(key)
+        found = self._in_scope(module, None, module.scope, name, consulted, seen)
+        if found is _MISSING:
+            found = None
+            for imported in reversed(module.star_imports) if not name.startswith("_") else ():
+                path = self.modules.resolve_import(module.path, imported.module, imported.level)
+                other = self._module(path, consulted) if path is not None else None
+                found = self._global(other, name, consulted, seen) if other is not None else None
                 if found is not None:
-                    return found
-        return None
+                    break
+        seen.discard(key)
+        return found
 
     def _import(self, path: str, imported: Import, consulted: set[str], seen: set) -> tuple | None:
         if imported.name is None:
@@ -534,8 +534,16 @@ class _Facts:
         self.autograd: dict = {}
         self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
 
-    def sync(self, effect: Effect, op: Operand) -> None:
-        _shorter(self.syncs, (effect.location, op.key), Sync(effect, op), effect)
+    def sync(self, sync: Sync, effect: Effect, reads: tuple[Operand, ...]) -> None:
+        """One sync a place, reading whatever any path to it reads, reached by the shortest chain."""
+        if not reads:
+            return
+        found = self.syncs.get(effect.location)
+        if found is not None:
+            reads = union(found[0].reads, reads)
+            if len(found[1].via) <= len(effect.via):
+                effect = found[1]
+        self.syncs[effect.location] = (Sync(effect, reads, sync.how), effect)
 
     def keep(self, keep: Keep, effect: Effect, op: Operand, holder: Operand, with_graph: bool) -> None:
         if op.kind in (PARAMETER, TENSOR):
@@ -549,8 +557,7 @@ class _Facts:
 
     def add_local(self, local: FunctionSummary, results: list) -> None:
         for sync in local.host_syncs:
-            for op in _expand((sync.reads,), results):
-                self.sync(sync.effect, op)
+            self.sync(sync, sync.effect, _expand(sync.reads, results))
         for keep in local.keeps:
             for op in _expand((keep.value,), results):
                 self.keep(keep, keep.effect, op, keep.holder, keep.with_graph and op.graph)
@@ -566,9 +573,7 @@ class _Facts:
         via = site.effect
         if not site.periodic:
             for sync in callee.host_syncs:
-                effect = sync.effect.through(via)
-                for op in binding.sources(sync.reads):
-                    self.sync(effect, op)
+                self.sync(sync, sync.effect.through(via), union(*(binding.sources(op) for op in sync.reads)))
             for effect in callee.clears_cache:
                 _shorter(self.clears, effect.location, effect.through(via), effect.through(via))
         for keep in callee.keeps:
@@ -603,7 +608,7 @@ def _signature(summary: FunctionSummary) -> tuple:
     def where(effect: Effect | None) -> tuple | None:
         return None if effect is None else effect.location
     return (
-        frozenset((s.effect.location, s.reads.key) for s in summary.host_syncs),
+        frozenset((s.effect.location, frozenset(op.key for op in s.reads)) for s in summary.host_syncs),
         frozenset(where(e) for e in summary.clears_cache),
         frozenset((k.effect.location, k.value.key, k.holder.key, k.into, k.how, k.with_graph) for k in summary.keeps),
         frozenset(where(e) for e in summary.forwards_with_grad),

@@ -45,7 +45,8 @@ class SourceLines:
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
-            self._lines = _NEWLINE.split(self.source)
+            source = self.source
+            self._lines = source.split("\n") if "\r" not in source else _NEWLINE.split(source)
         return self._lines
 
     def column(self, line: int, byte_column: int) -> int:
@@ -254,6 +255,7 @@ DERIVING_BUILTINS = frozenset({"min", "max", "sum", "abs", "round", "sorted", "l
                                "enumerate", "reversed", "map", "filter", "iter", "next", "getattr", "any", "all",
                                "frozenset"})
 HOST_CONVERSIONS = frozenset({"float", "int", "bool"})
+PYTHON_COMPARISONS = (ast.In, ast.NotIn, ast.Is, ast.IsNot)
 HOST_NEUTRAL = frozenset({"detach", "clone", "float", "double", "long", "int", "half", "squeeze", "flatten", "view",
                           "reshape"})  # methods that leave a host copy on the host
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
@@ -455,11 +457,9 @@ class _FunctionWalker:
             return GLOBAL_HOLDER
         return None
 
-    def _sync(self, node: ast.AST, ops: tuple[Operand, ...]) -> None:
-        if self.periodic or not ops:
-            return
-        effect = self._effect(node)
-        self.syncs.extend(Sync(effect, op) for op in public(ops))
+    def _sync(self, node: ast.AST, ops: tuple[Operand, ...], how: str) -> None:
+        if not self.periodic and ops:
+            self.syncs.append(Sync(self._effect(node), public(ops), how))
 
     def _keep(self, node: ast.AST, ops: tuple[Operand, ...], holder: Operand, container: ast.AST, how: str) -> None:
         kept = [op for op in public(ops) if op.kind in (PARAMETER, TENSOR, RESULT)]
@@ -633,7 +633,7 @@ class _FunctionWalker:
     def _formatted(self, node: ast.JoinedStr) -> tuple[Operand, ...]:
         for part in node.values:
             if type(part) is ast.FormattedValue:
-                self._sync(part, self.value(part.value))
+                self._sync(part, self.value(part.value), "format")
                 if part.format_spec is not None:
                     self.value(part.format_spec)
         return ()
@@ -642,7 +642,7 @@ class _FunctionWalker:
         left, right = self.value(node.left), self.value(node.right)
         if type(node.op) is ast.Mod and (type(node.left) is ast.JoinedStr or (
                 type(node.left) is ast.Constant and isinstance(node.left.value, str))):
-            self._sync(node, right)  # "%.3f" % loss
+            self._sync(node, right, "format")  # "%.3f" % loss
             return ()
         return self._computed(union(left, right))
 
@@ -655,7 +655,12 @@ class _FunctionWalker:
         return union(*(self.value(part) for part in parts))
 
     def _compare(self, node: ast.Compare) -> tuple[Operand, ...]:
-        return self._computed(union(self.value(node.left), *(self.value(part) for part in node.comparators)))
+        ops = self._computed(union(self.value(node.left), *(self.value(part) for part in node.comparators)))
+        if any(type(op) in PYTHON_COMPARISONS for op in node.ops) or any(
+                type(part) is ast.Constant and isinstance(part.value, (str, type(None)))
+                for part in (node.left, *node.comparators)):
+            return ()  # `x in seen`, `x is None`, `mode == "train"`: a Python bool
+        return ops
 
     def _dict(self, node: ast.Dict) -> tuple[Operand, ...]:
         for key in node.keys:
@@ -745,8 +750,9 @@ class _FunctionWalker:
                 self.forwards.append(effect)
             result = fallback = (operand(TENSOR, len(self.model_calls), None, self.grad is True),)
             self.model_calls.append(effect)
-        if text is None:
-            return fallback
+        root = text.partition(".")[0] if text is not None else None
+        if root is None or (root in self.parameter_index and root != self.self_name and root not in self.annotated):
+            return fallback  # a parameter's method: nothing says what the caller passes
         index = self._call_site(node, text, positional, keywords, receiver, fallback, star)
         return result or (operand(RESULT, index),)
 
@@ -756,10 +762,10 @@ class _FunctionWalker:
         func = node.func
         if method in SYNC_METHODS or (method == "cpu" and not node.args and not node.keywords):
             if not _on_host(func.value):  # `t.cpu().numpy()` waits once, at `.cpu()`
-                self._sync(node, receiver)
+                self._sync(node, receiver, "method")
             return receiver if method == "cpu" else ()
         if method == "format" and type(func.value) is ast.Constant and isinstance(func.value.value, str):
-            self._sync(node, union(*positional, *keywords))  # "{:.3f}".format(loss)
+            self._sync(node, union(*positional, *keywords), "format")  # "{:.3f}".format(loss)
             return ()
         if method == "backward" or method in BACKWARD_METHODS:
             self.backward.append(self._effect(node))
@@ -811,7 +817,7 @@ class _FunctionWalker:
                 self.clears.append(self._effect(node))
             return ()
         elif name == "torch.cuda.synchronize":
-            self._sync(node, (operand(DEVICE),))
+            self._sync(node, (operand(DEVICE),), "synchronize")
             return ()
         elif name in TENSOR_FACTORIES:
             return (operand(TENSOR, None, None, False),)
@@ -821,9 +827,9 @@ class _FunctionWalker:
 
     def _builtin_call(self, node: ast.Call, name: str, positional: list) -> tuple[Operand, ...]:
         if name == "print":
-            self._sync(node, union(*positional))
+            self._sync(node, union(*positional), "print")
         elif name in HOST_CONVERSIONS and len(positional) == 1:
-            self._sync(node, positional[0])
+            self._sync(node, positional[0], "conversion")
         if name in PYTHON_BUILTINS:
             return ()
         return union(*positional)

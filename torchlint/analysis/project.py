@@ -65,7 +65,7 @@ class ProjectModules:
         loaded = self._loaded.get(path)
         if loaded is not None and loaded[0] == digest:
             return loaded[1]
-        summary = self._summarize(path, digest, source, tree)
+        summary = self._summarize(path, digest, source, tree, store=False)
         if loaded is not None:
             self.summaries.clear()
         self._loaded[path] = (digest, summary, None)
@@ -105,7 +105,11 @@ class ProjectModules:
             return "", None, None
         return digest, self._summarize(path, digest, source, None), stamp
 
-    def _summarize(self, path: str, digest: str, source: str, tree: ast.Module | None) -> ModuleSummary | None:
+    def _summarize(self, path: str, digest: str, source: str, tree: ast.Module | None,
+                   store: bool = True) -> ModuleSummary | None:
+        """The summary of a file's text: from memory, the disk cache, or the tree. Storing it on
+        disk summarizes every function (a hit then needs no parse); the file being linted
+        (``store`` False) keeps its functions summarized only when asked."""
         key = (path, digest)
         if key in self._by_content:
             return self._by_content[key]
@@ -117,7 +121,8 @@ class ProjectModules:
                 self._by_content[key] = None
                 return None
             summary = summarize_module(tree, source, path)
-            self._store(path, digest, summary)
+            if store:
+                self._store(path, digest, summary)
         self._by_content[key] = summary
         return summary
 

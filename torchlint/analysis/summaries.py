@@ -20,11 +20,12 @@ left unresolved, as ``CallSite`` references.
 from __future__ import annotations
 
 import ast
+import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -76,12 +77,17 @@ class Operand:
 
 @dataclass(frozen=True)
 class Sync:
-    """The host waits for the device: ``.item()``, ``.cpu()``, ``float(t)``, ``print(t)``, a
-    tensor formatted into a string, ``torch.cuda.synchronize()``. ``reads``: what is read; a
-    ``float(x)`` on a parameter syncs only when the caller passes a tensor."""
+    """The host waits for the device. ``how``: "method" (``.item()``, ``.cpu()``, ``.numpy()``,
+    ``.tolist()``), "conversion" (``float(t)``, ``int(t)``, ``bool(t)``), "print", "format" (an
+    f-string, ``%`` or ``.format``) or "synchronize" (``torch.cuda.synchronize()``, which reads
+    DEVICE). ``reads``: what the value may be: a method's receiver is a tensor whatever it is;
+    a conversion, print or format syncs only on a tensor, so ``float(x)`` on a parameter syncs
+    where the caller passes one, and a Python number (``len(x)``, ``loss.item()``, an ``int``
+    parameter) is no sync at all and is not recorded."""
 
     effect: Effect
-    reads: Operand
+    reads: tuple[Operand, ...]
+    how: str
 
 
 @dataclass(frozen=True)
@@ -300,6 +306,11 @@ class ClassSummary:
     scope: str | None = None
 
 
+_IMPORTS = tuple[Import, ...]
+_CLASSES = dict[str, ClassSummary]
+_FUNCTIONS = dict[str, FunctionSummary]
+
+
 class ModuleSummary:
     """One file's index (imports, classes, module-level names) and its functions' local
     summaries. Built by local_facts.summarize_module, which leaves each function to be
@@ -343,69 +354,104 @@ class ModuleSummary:
         """Everything, every function summarized (nested ones included)."""
         while self._pending:
             self.function(next(iter(self._pending)))
-        return {"path": self.path, "scope": encode(self.scope), "star_imports": encode(self.star_imports),
-                "classes": encode(self.classes), "functions": encode(self.functions)}
+        return {"path": self.path, "scope": encode(self.scope), "star_imports": encode(self.star_imports, _IMPORTS),
+                "classes": encode(self.classes, _CLASSES), "functions": encode(self.functions, _FUNCTIONS)}
 
     @classmethod
     def from_json(cls, data: dict) -> ModuleSummary:
-        return cls(data["path"], decode(Scope, data["scope"]), decode(tuple[Import, ...], data["star_imports"]),
-                   decode(dict[str, ClassSummary], data["classes"]),
-                   decode(dict[str, FunctionSummary], data["functions"]))
+        return cls(_checked(data["path"], str), decode(Scope, data["scope"]), decode(_IMPORTS, data["star_imports"]),
+                   decode(_CLASSES, data["classes"]), decode(_FUNCTIONS, data["functions"]))
 
 
 # --- JSON ----------------------------------------------------------------------------------------
+# A dataclass is a JSON list of its fields in order (SUMMARY_VERSION changes with them); each
+# type's encoder and decoder is built once from its annotations.
 
-_HINTS: dict[type, dict[str, object]] = {}
-
-
-def _hints(cls: type) -> dict[str, object]:
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    return hints
+_ENCODERS: dict[object, typing.Callable[[object], object]] = {}
+_DECODERS: dict[object, typing.Callable[[object], object]] = {}
 
 
-def encode(value: object) -> object:
-    """Plain JSON data for the summaries' dataclasses, dicts, tuples and frozensets."""
-    if is_dataclass(value):
-        return {f.name: encode(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, dict):
-        return {key: encode(item) for key, item in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [encode(item) for item in value]
-    if isinstance(value, frozenset):
-        return sorted(value)
-    return value
+def encode(value: object, kind: object = None) -> object:
+    """Plain JSON data for a value of one of the summaries' types (``kind``: its declared type,
+    by default its class)."""
+    return _encoder(type(value) if kind is None else kind)(value)
 
 
 def decode(kind: object, data: object) -> object:
-    """The inverse of ``encode`` for a declared type; data of the wrong shape raises
-    TypeError, KeyError or ValueError."""
-    origin = typing.get_origin(kind)
+    """The inverse of ``encode``; data of the wrong shape raises TypeError or ValueError."""
+    return _decoder(kind)(data)
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def _encoder(kind: object) -> typing.Callable[[object], object]:
+    found = _ENCODERS.get(kind)
+    if found is not None:
+        return found
+    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
     if origin is tuple:
-        item = typing.get_args(kind)[0]
-        return tuple(decode(item, element) for element in _list(data))
-    if origin is dict:
-        item = typing.get_args(kind)[1]
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object, got {type(data).__name__}")
-        return {key: decode(item, element) for key, element in data.items()}
-    if origin is frozenset:
-        return frozenset(_list(data))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
-        options = [option for option in typing.get_args(kind) if option is not type(None)]
-        return None if data is None else decode(options[0], data)
-    if isinstance(kind, type) and is_dataclass(kind):
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object for {kind.__name__}")
-        hints = _hints(kind)
-        return kind(**{f.name: decode(hints[f.name], data[f.name]) for f in fields(kind)})
-    if kind in (str, int, bool) and type(data) is not kind:
+        item = _encoder(arguments[0])
+        found = list if item is _same else (lambda value: [item(element) for element in value])
+    elif origin is dict:
+        item = _encoder(arguments[1])
+        found = _same if item is _same else (lambda value: {key: item(element) for key, element in value.items()})
+    elif origin is frozenset:
+        found = sorted
+    elif origin in (typing.Union, types.UnionType):
+        item = _encoder(next(option for option in arguments if option is not type(None)))
+        found = _same if item is _same else (lambda value: None if value is None else item(value))
+    elif isinstance(kind, type) and is_dataclass(kind):
+        parts: list = []  # filled below: a dataclass may hold itself (Effect.via)
+        found = _ENCODERS[kind] = lambda value: [encode_part(getattr(value, name)) for name, encode_part in parts]
+        parts += [(f.name, _encoder(hint)) for f, hint in zip(fields(kind), _hints(kind))]
+    else:
+        found = _same
+    _ENCODERS[kind] = found
+    return found
+
+
+def _decoder(kind: object) -> typing.Callable[[object], object]:
+    found = _DECODERS.get(kind)
+    if found is not None:
+        return found
+    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+    if origin is tuple:
+        item = _decoder(arguments[0])
+        found = lambda data: tuple(item(element) for element in _checked(data, list))  # noqa: E731
+    elif origin is dict:
+        item = _decoder(arguments[1])
+        found = lambda data: {_checked(key, str): item(element)  # noqa: E731
+                              for key, element in _checked(data, dict).items()}
+    elif origin is frozenset:
+        found = lambda data: frozenset(_checked(item, str) for item in _checked(data, list))  # noqa: E731
+    elif origin in (typing.Union, types.UnionType):
+        item = _decoder(next(option for option in arguments if option is not type(None)))
+        found = lambda data: None if data is None else item(data)  # noqa: E731
+    elif isinstance(kind, type) and is_dataclass(kind):
+        parts: list = []  # filled below: a dataclass may hold itself (Effect.via)
+
+        def found(data: object, kind: type = kind, parts: list = parts) -> object:
+            if type(data) is not list or len(data) != len(parts):
+                raise TypeError(f"expected {len(parts)} fields for {kind.__name__}")
+            return kind(*[decode_part(value) for decode_part, value in zip(parts, data)])
+        _DECODERS[kind] = found
+        parts += [_decoder(hint) for hint in _hints(kind)]
+    elif kind in (str, int, bool):
+        found = lambda data: _checked(data, kind)  # noqa: E731
+    else:
+        raise TypeError(f"no JSON form for {kind!r}")
+    _DECODERS[kind] = found
+    return found
+
+
+def _hints(kind: type) -> list[object]:
+    hints = typing.get_type_hints(kind)
+    return [hints[f.name] for f in fields(kind)]
+
+
+def _checked(data: object, kind: type) -> object:
+    if type(data) is not kind:
         raise TypeError(f"expected {kind.__name__}, got {type(data).__name__}")
-    return data
-
-
-def _list(data: object) -> list:
-    if not isinstance(data, list):
-        raise TypeError(f"expected a list, got {type(data).__name__}")
     return data
