@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/summaries_speed.py FILE...   # or a folder: its largest .py files
 
-For each file, the best of --repeat runs (CPU time of this process: the machine may be shared) of: CPython's ``ast.parse`` (the engine does it for
-every candidate file), ``libcst.parse_module`` (what a file that reaches the rules costs),
-``summarize_module`` (the index only: what a file costs when nothing in it is asked about),
-the index and every function's local summary, and a disk-cache round trip of that summary (JSON
-written, then read back: what a later run pays instead of parsing an unchanged helper).
+For each file, the best of --repeat runs (CPU time of this process: the machine may be shared)
+of: CPython's ``ast.parse`` (the engine does it for every candidate file),
+``libcst.parse_module`` (what a file that reaches the rules costs), ``summarize_module`` (the
+index only: what a file costs when nothing in it is asked about), the index and every function's
+local summary, and a disk-cache round trip of that summary (JSON written, then read back: what a
+later run pays instead of parsing an unchanged helper).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import libcst
 
-from torchlint.analysis.local_facts import summarize_module
+from torchlint.analysis.function_facts import summarize_module
 from torchlint.analysis.summaries import ModuleSummary
 
 

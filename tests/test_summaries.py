@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from torchlint.analysis.local_facts import summarize_module
+from torchlint.analysis.function_facts import summarize_module
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.summaries import Effect, FunctionSummary, ModuleSummary, Operand
 
@@ -157,7 +158,8 @@ row("periodic-sync-not-counted", """
 
     def show(x):
         print(x)
-    """, ("train.py", "fit"), ["sync train.py:24 print(x) (print) reads parameter 0 loss (detached) via train.py:21 show(...)"])
+    """, ("train.py", "fit"),
+    ["sync train.py:24 print(x) (print) reads parameter 0 loss (detached) via train.py:21 show(...)"])
 
 row("periodic-helper-itself", ROWS[-1].values[0], ("train.py", "log_step"), [])
 
@@ -423,7 +425,8 @@ row("dotted-module-import-and-star-import", {
             pkg.meters.AverageMeter().update(loss)
             log_step(loss)
         """,
-}, ("script.py", "run"), ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss via script.py:6 log_step(...)"])
+}, ("script.py", "run"),
+    ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss via script.py:6 log_step(...)"])
 row("unresolvable-import", PROJECT, ("train.py", "helper", "fit"), None)
 row("third-party-import", PROJECT, ("train.py", "np.mean", "fit"), None)
 row("everything-through-the-imports", PROJECT, ("train.py", "fit"), [
@@ -732,7 +735,7 @@ def test_dependencies_change_with_an_imported_file(tmp_path):
     modules = ProjectModules(tmp_path)
     assert modules.dependencies(train) == []
     log_step = modules.summaries.resolve_call(str(train), "log_step", "fit")
-    assert [line.split(" reads")[0] for line in facts(log_step, tmp_path)] == ['sync utils.py:4 f"loss {loss}" (format)']
+    assert facts(log_step, tmp_path) == ['sync utils.py:4 f"loss {loss}" (format) reads parameter 0 loss']
     before = modules.dependencies(train)
     assert [path.relative_to(tmp_path).as_posix() for path, _ in before] == ["utils.py"]
     modules.summaries.resolve_call(str(train), "meter.update", "fit")
@@ -761,7 +764,8 @@ def test_transitive_summaries_follow_a_change_two_files_away(tmp_path):
 
 
 def test_a_buffer_given_for_a_file_replaces_its_disk_text(tmp_path):
-    write(tmp_path, {"utils.py": "def log(x):\n    pass\n", "train.py": "from utils import log\n\ndef f(x):\n    log(x)\n"})
+    write(tmp_path, {"utils.py": "def log(x):\n    pass\n",
+                     "train.py": "from utils import log\n\ndef f(x):\n    log(x)\n"})
     modules = ProjectModules(tmp_path)
     assert modules.summaries.function(str(tmp_path / "train.py"), "f").host_syncs == ()
     modules.use_source(str(tmp_path / "utils.py"), "def log(x):\n    print(x.item())\n")
@@ -814,6 +818,15 @@ def test_summaries_survive_json(tmp_path):
     assert back.to_json() == data
 
 
+def test_summaries_pickle_complete(tmp_path):
+    source = textwrap.dedent(GRAD)
+    module = summarize_module(ast.parse(source), source, "m.py")
+    module.function("run")
+    back = pickle.loads(pickle.dumps(module))
+    assert sorted(back.functions) == ["attack", "evaluate", "predict", "predict_block", "run", "sample"]
+    assert back.functions == module.functions
+
+
 # --- positions, laziness ---
 
 def test_columns_count_code_points(tmp_path):
@@ -831,4 +844,5 @@ def test_functions_are_summarized_when_asked(tmp_path):
 
     modules = ProjectModules(tmp_path)
     modules.summaries.resolve_call(str(tmp_path / "train.py"), "log_step", "fit")
-    assert modules.summaries.consulted(tmp_path / "train.py") == {str(tmp_path / "train.py"), str(tmp_path / "utils.py")}
+    consulted = modules.summaries.consulted(tmp_path / "train.py")
+    assert consulted == {str(tmp_path / name) for name in ("train.py", "utils.py")}

@@ -26,10 +26,9 @@ import os
 import typing
 from dataclasses import dataclass, replace
 
-from torchlint.analysis.local_facts import UNKNOWN_VALUE, detached, union
 from torchlint.analysis.summaries import (
-    GLOBAL, PARAMETER, RESULT, TENSOR, Argument, CallSite, Effect, FunctionSummary, Import, Keep, Layer, ModeCall,
-    ModuleSummary, Operand, Returned, Scope, Sync,
+    GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, FunctionSummary, Import, Keep, Layer,
+    ModeCall, ModuleSummary, Operand, Returned, Scope, Sync, detached, union,
 )
 
 _MODULE, _CLASS, _INSTANCE, _FUNCTION = "module", "class", "instance", "function"
@@ -88,7 +87,7 @@ class Summaries:
         self._final: dict[tuple[str, str], FunctionSummary | None] = {}
         self._depends: dict[tuple[str, str], frozenset[str]] = {}
         self._targets: dict[tuple, tuple[Target | None, frozenset[str]]] = {}
-        self._bases: dict[tuple, tuple[list, frozenset[str]]] = {}
+        self._class_facts: dict[tuple, tuple[object, frozenset[str]]] = {}  # bases, attributes of classes
         self._asked: dict[str, set[str]] = {}
 
     # -- what rules ask
@@ -248,12 +247,12 @@ class Summaries:
     def _classes(self, path: str, qualname: str, consulted: set[str], seen: set) -> list[tuple[str, str]]:
         """The class and its bases of the project, in method resolution order (depth first)."""
         key = ("mro", path, qualname)
-        cached = self._bases.get(key)
+        cached = self._class_facts.get(key)
         if cached is None:
             found: list[tuple[str, str]] = []
             mine: set[str] = set()
             self._add_bases(path, qualname, found, mine, seen)
-            cached = self._bases[key] = (found, frozenset(mine))
+            cached = self._class_facts[key] = (found, frozenset(mine))
         consulted |= cached[1]
         return cached[0]
 
@@ -279,18 +278,21 @@ class Summaries:
                             seen: set) -> tuple | None:
         """``(path, scope, callee)`` when the class's methods (its bases' included) assign
         ``self.<attribute>`` only ``callee(...)``."""
-        found = set()
-        for class_path, class_name in self._classes(path, qualname, consulted, seen):
-            module = self.modules.summary(class_path)
-            for method in module.classes[class_name].methods:
-                function = module.function(f"{class_name}.{method}")
-                callee = function.self_attributes.get(attribute) if function is not None else None
-                if callee is not None:
-                    found.add((class_path, function.qualname, callee))
-        if len(found) != 1 or len({callee for _, _, callee in found}) != 1:
-            return None
-        path, scope, callee = found.pop()
-        return (path, scope, callee) if callee else None
+        classes = self._classes(path, qualname, consulted, seen)
+        key = ("attributes", path, qualname)
+        assigned = self._class_facts.get(key)
+        if assigned is None:
+            found: dict[str, set] = {}
+            for class_path, class_name in classes:
+                module = self.modules.summary(class_path)
+                for method in module.classes[class_name].methods:
+                    function = module.function(f"{class_name}.{method}")
+                    for name, callee in (function.self_attributes.items() if function is not None else ()):
+                        found.setdefault(name, set()).add((class_path, function.qualname, callee))
+            assigned = self._class_facts[key] = ({name: min(places) for name, places in found.items()
+                                                  if len({callee for _, _, callee in places}) == 1
+                                                  and min(places)[2]}, frozenset())
+        return assigned[0].get(attribute)
 
     def _callable(self, found: tuple | None, consulted: set[str]) -> Target | None:
         if found is None:

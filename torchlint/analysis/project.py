@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from torchlint.analysis.callgraph import Summaries
-from torchlint.analysis.local_facts import summarize_module
+from torchlint.analysis.function_facts import summarize_module
 from torchlint.analysis.summaries import SUMMARY_VERSION, ModuleSummary
 from torchlint.fileio import SourceDecodeError, decode_source
 

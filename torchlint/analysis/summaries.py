@@ -9,7 +9,7 @@ call in the loop asks "what does this call do?"; a ``FunctionSummary`` answers, 
 This module holds the plain data (picklable, and JSON through ``to_json``/``from_json`` for a disk
 cache) and ``ModuleSummary``, a file's index: its imports, classes and names, with each
 function's local summary computed on first request (``function(qualname)``) by
-torchlint/analysis/local_facts.py. torchlint/analysis/callgraph.py resolves calls and makes the
+torchlint/analysis/function_facts.py. torchlint/analysis/callgraph.py resolves calls and makes the
 facts transitive; torchlint/analysis/project.py finds and loads the project's own modules.
 
 Conventions: lines are 1-based and columns 0-based code points (LibCST's ``PositionProvider``);
@@ -73,6 +73,41 @@ class Operand:
     @property
     def key(self) -> tuple:
         return self.kind, -1 if self.index is None else self.index, self.name or "", self.graph
+
+
+_OPERANDS: dict[tuple, Operand] = {}
+
+
+def operand(kind: str, index: int | None = None, name: str | None = None, graph: bool = True) -> Operand:
+    """Operands are few and compared often: one object each."""
+    key = (kind, index, name, graph)
+    found = _OPERANDS.get(key)
+    if found is None:
+        found = _OPERANDS[key] = Operand(kind, index, name, graph)
+    return found
+
+
+UNKNOWN_VALUE = (operand(UNKNOWN),)
+GLOBAL_HOLDER = operand(GLOBAL)
+
+
+def union(*parts: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    found = [part for part in parts if part]
+    if len(found) <= 1:
+        return found[0] if found else ()
+    return tuple(dict.fromkeys(op for part in found for op in part))
+
+
+def detached(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    return tuple(operand(op.kind, op.index, op.name, False) if op.graph and op.kind in (PARAMETER, TENSOR) else op
+                 for op in ops)
+
+
+def public(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    """Operands as a summary stores them: a tensor without the walk's note of which model call made it."""
+    if all(op.kind != TENSOR or op.index is None for op in ops):
+        return ops
+    return tuple(dict.fromkeys(operand(TENSOR, None, None, op.graph) if op.kind == TENSOR else op for op in ops))
 
 
 @dataclass(frozen=True)
@@ -277,7 +312,8 @@ class FunctionSummary:
             return self.returns[0].factory
         return None
 
-    def argument_for(self, index: int, bound: bool, positional: int, keywords: typing.Sequence[str]) -> int | str | None:
+    def argument_for(self, index: int, bound: bool, positional: int,
+                     keywords: typing.Sequence[str]) -> int | str | None:
         """Where a call passes parameter ``index``: its position among the call's positional
         arguments, its keyword, -1 for the receiver of a bound call (``obj.m(...)``: ``self``),
         or None when the call does not pass it (its default) or passes it through ``*args``."""
@@ -313,7 +349,7 @@ _FUNCTIONS = dict[str, FunctionSummary]
 
 class ModuleSummary:
     """One file's index (imports, classes, module-level names) and its functions' local
-    summaries. Built by local_facts.summarize_module, which leaves each function to be
+    summaries. Built by function_facts.summarize_module, which leaves each function to be
     summarized on first request (``summarizer``), or read back from JSON complete."""
 
     def __init__(self, path: str, scope: Scope, star_imports: tuple[Import, ...], classes: dict[str, ClassSummary],
@@ -350,10 +386,19 @@ class ModuleSummary:
         if qualname not in self.functions:
             self._pending[qualname] = (node, class_name)
 
-    def to_json(self) -> dict:
-        """Everything, every function summarized (nested ones included)."""
+    def summarize_all(self) -> None:
+        """Every function's local summary, nested ones included; the tree is let go."""
         while self._pending:
             self.function(next(iter(self._pending)))
+        self._summarizer = None
+
+    def __getstate__(self) -> dict:
+        """Pickled (for another process), a summary is complete and holds no tree."""
+        self.summarize_all()
+        return self.__dict__
+
+    def to_json(self) -> dict:
+        self.summarize_all()
         return {"path": self.path, "scope": encode(self.scope), "star_imports": encode(self.star_imports, _IMPORTS),
                 "classes": encode(self.classes, _CLASSES), "functions": encode(self.functions, _FUNCTIONS)}
 
