@@ -835,6 +835,14 @@ def test_columns_count_code_points(tmp_path):
     assert summary.host_syncs[0].effect == Effect("m.py", 2, 23, 2, 34, "loss.item()")
 
 
+def test_a_function_nested_too_deep_is_unknown(tmp_path):
+    write(tmp_path, {"deep.py": "def f(x):\n    return (" + " + ".join(["x"] * 900) + ").item()\n",
+                     "train.py": "from deep import f\n\ndef g(x):\n    return f(x)\n"})
+    summaries = ProjectModules(tmp_path).summaries
+    assert summaries.resolve_call(str(tmp_path / "train.py"), "f", "g") is None
+    assert summaries.function(str(tmp_path / "train.py"), "g").host_syncs == ()
+
+
 def test_functions_are_summarized_when_asked(tmp_path):
     write(tmp_path, PROJECT)
     module = summarize_module(ast.parse((tmp_path / "utils.py").read_text()), "", str(tmp_path / "utils.py"))

@@ -377,8 +377,11 @@ class ModuleSummary:
                 entry = self._pending.get(qualname)
         if entry is None or self._summarizer is None:
             return None
-        summary = self.functions[qualname] = self._summarizer(self, entry[0], qualname, entry[1])
         del self._pending[qualname]
+        try:
+            summary = self.functions[qualname] = self._summarizer(self, entry[0], qualname, entry[1])
+        except RecursionError:
+            return None  # nested deeper than the walk can follow: nothing known about it
         return summary
 
     def register(self, qualname: str, node: ast.AST, class_name: str | None) -> None:
