@@ -64,6 +64,8 @@ def facts(summary: FunctionSummary, root: Path) -> list[str]:
     if factory is not None:
         lines.append(f"returns factory {factory.name}{' (random)' if factory.random else ''} at "
                      f"{where(factory.effect, root)}{via(factory.effect, root)}")
+    if summary.builds:
+        lines.append(f"builds {', '.join(summary.builds)}")
     if summary.grad_mode is not None:
         lines.append(f"grad {summary.grad_mode}")
     return lines
@@ -427,6 +429,28 @@ row("dotted-module-import-and-star-import", {
         """,
 }, ("script.py", "run"),
     ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss via script.py:6 log_step(...)"])
+row("a-model-class-of-another-module", {
+    "models.py": """
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3)
+                self.bn = nn.BatchNorm2d(c)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.Sequential(Block(3), Block(3))
+        """,
+    "train.py": """
+        from models import *
+
+        def main():
+            model = Net()
+        """,
+}, ("train.py", "Net", "main"), ["builds BatchNorm2d, Conv2d, Sequential"])
 row("unresolvable-import", PROJECT, ("train.py", "helper", "fit"), None)
 row("third-party-import", PROJECT, ("train.py", "np.mean", "fit"), None)
 row("everything-through-the-imports", PROJECT, ("train.py", "fit"), [
@@ -526,20 +550,23 @@ LAYERS = """
         return nn.ReLU()
     """
 row("conv3x3-bias-default", LAYERS, ("train.py", "conv3x3"),
-    ["returns layer Conv2d bias=default at train.py:6 nn.Conv2d(a, b, 3, stride, 1)"])
+    ["returns layer Conv2d bias=default at train.py:6 nn.Conv2d(a, b, 3, stride, 1)", "builds Conv2d"])
 row("conv1x1-bias-false", LAYERS, ("train.py", "conv1x1"),
-    ["returns layer Conv2d bias=False at train.py:9 tnn.Conv2d(a, b, 1, bias=False)"])
+    ["returns layer Conv2d bias=False at train.py:9 tnn.Conv2d(a, b, 1, bias=False)", "builds Conv2d"])
 row("conv-bias-from-a-parameter", LAYERS, ("train.py", "conv"),
-    ["returns layer Conv2d bias=parameter parameter 2 bias at train.py:12 Conv2d(a, b, 3, bias=bias)"])
+    ["returns layer Conv2d bias=parameter parameter 2 bias at train.py:12 Conv2d(a, b, 3, bias=bias)",
+     "builds Conv2d"])
 row("sequential-ending-in-linear", LAYERS, ("train.py", "head"),
-    ["returns layer Linear bias=default at train.py:16 nn.Linear(a, b)"])
+    ["returns layer Linear bias=default at train.py:16 nn.Linear(a, b)", "builds Linear, ReLU, Sequential"])
 row("layer-through-a-helper", LAYERS, ("train.py", "block"),
-    ["returns layer Conv2d bias=False at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:19 conv(...)"])
+    ["returns layer Conv2d bias=False at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:19 conv(...)",
+     "builds Conv2d"])
 row("sequential-ending-in-a-helper", LAYERS, ("train.py", "stem"), [
     "returns layer Conv2d bias=parameter parameter 1 use_bias at train.py:12 Conv2d(a, b, 3, bias=bias) "
     "via train.py:22 conv(...)",
+    "builds Conv2d, ReLU, Sequential",
 ])
-row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), [])
+row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), ["builds Conv2d, ReLU"])
 
 row("factories", """
     import torch

@@ -313,6 +313,7 @@ class _Facts:
         self.backward: dict = {}
         self.autograd: dict = {}
         self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
+        self.builds: set[str] = set()
 
     def sync(self, sync: Sync, effect: Effect, reads: tuple[Operand, ...]) -> None:
         """One sync a place, reading whatever any path to it reads, reached by the shortest chain."""
@@ -347,6 +348,7 @@ class _Facts:
                 _shorter(store, effect.location, effect, effect)
         for call in local.mode_calls:
             self.mode(call, (call.effect.line, call.effect.column))
+        self.builds.update(local.builds)
 
     def add_callee(self, binding: _Binding) -> None:
         site, callee = binding.site, binding.callee
@@ -368,6 +370,7 @@ class _Facts:
         for store, effects in stores:
             for effect in effects:
                 _shorter(store, effect.location, effect.through(via), effect.through(via))
+        self.builds.update(callee.builds)
         for call in callee.mode_calls:
             receiver = binding.receiver(call.receiver)
             if receiver is not None:
@@ -380,6 +383,7 @@ class _Facts:
                        keeps=ordered(self.keeps), forwards_with_grad=ordered(self.forwards),
                        backward=ordered(self.backward), autograd=ordered(self.autograd),
                        mode_calls=tuple(self.modes[receiver][1] for receiver in sorted(self.modes)),
+                       builds=tuple(sorted(self.builds)),
                        returns=returns)
 
 
@@ -395,6 +399,7 @@ def _signature(summary: FunctionSummary) -> tuple:
         frozenset(where(e) for e in summary.backward),
         frozenset(where(e) for e in summary.autograd),
         frozenset((m.receiver, m.mode, where(m.effect)) for m in summary.mode_calls),
+        summary.builds,
         tuple((tuple(op.key for op in r.value), where(r.layer and r.layer.effect), r.layer and r.layer.bias,
                where(r.factory and r.factory.effect), where(r.forward)) for r in summary.returns),
     )

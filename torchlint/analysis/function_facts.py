@@ -161,6 +161,7 @@ class FunctionWalker(ExpressionFacts):
             grad_mode=self.grad_mode, generator=self.generator, host_syncs=tuple(self.syncs),
             clears_cache=tuple(self.clears), keeps=tuple(self.keeps), forwards_with_grad=tuple(self.forwards),
             backward=tuple(self.backward), autograd=tuple(self.autograd), mode_calls=tuple(self.modes),
+            builds=tuple(sorted(self.builds)),
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes)
 

@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -258,6 +258,7 @@ class FunctionSummary:
     ``grad_mode``: "disabled" (a no-grad decorator, or the whole body under such a ``with``),
     "enabled" (``@torch.enable_grad()``) or None. ``backward``: backpropagation (a training step);
     ``autograd``: other uses (``torch.autograd.grad``, ``.requires_grad_()``, ``enable_grad``).
+    ``builds``: the ``torch.nn`` classes it constructs (``Conv2d``, ``BatchNorm2d``), by name.
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
     the value is ``C(...)`` ("" otherwise)."""
 
@@ -281,6 +282,7 @@ class FunctionSummary:
     backward: tuple[Effect, ...]
     autograd: tuple[Effect, ...]
     mode_calls: tuple[ModeCall, ...]
+    builds: tuple[str, ...]
     returns: tuple[Returned, ...]
     calls: tuple[CallSite, ...]
     scope: Scope

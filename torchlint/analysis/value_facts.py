@@ -111,6 +111,7 @@ class WalkerState:
         self.bound_values: dict[str, ast.AST | None] = {}
         self.self_attributes: dict[str, str] = {}
         self.generator = False
+        self.builds: set[str] = set()
         self._parameters(node.args)
         self.grad_mode = self._decorated_grad_mode()
         if self.grad_mode == "disabled":
@@ -476,7 +477,9 @@ class ExpressionFacts(WalkerState):
             return ()
         elif name in TENSOR_FACTORIES:
             return (operand(TENSOR, None, None, False),)
-        if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper():
+        layer = name.rsplit(".", 1)[-1]
+        if name.startswith("torch.nn.") and layer[:1].isupper():
+            self.builds.add(layer)
             return UNKNOWN_VALUE  # a module built, not a tensor computed
         return self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
 
