@@ -492,6 +492,21 @@ row("meter-keeps-val-item", METERS, ("train.py", "Detached.update"), [
     "train.py:9 self.history.append(val.detach())",
 ])
 
+row("in-place-accumulation", """
+    import torch
+
+    class Totals:
+        def update(self, loss, p):
+            self.total.add_(loss)
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(p, alpha=0.1)
+    """, ("train.py", "Totals.update"), [
+        "keeps parameter 1 loss with graph in self.total (augment, held by parameter 0 self) at "
+        "train.py:5 self.total.add_(loss)",
+        "keeps parameter 2 p (detached) without graph in self.ema (augment, held by parameter 0 self) at "
+        "train.py:7 self.ema.mul_(0.9).add_(p, alpha=0.1)",
+    ])
+
 row("kept-in-a-module-container-and-a-parameter", """
     import torch
 

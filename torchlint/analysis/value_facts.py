@@ -39,6 +39,7 @@ TENSOR_METHODS = frozenset("""to cuda cpu float half double long int bool bfloat
     fill_ copy_ sigmoid tanh relu topk sort eq ne gt lt ge le all any nonzero round floor ceil sign neg unbind
     values items get pop lerp_ addcmul_ addcdiv_""".split())
 CONTAINER_MUTATORS = frozenset({"append", "extend", "insert", "add", "appendleft"})
+IN_PLACE = frozenset({"add_", "sub_", "mul_", "div_", "copy_", "lerp_", "addcmul_", "addcdiv_"})
 # Builtins whose result is a plain Python value; the others listed derive from their arguments.
 PYTHON_BUILTINS = frozenset({"len", "str", "repr", "isinstance", "issubclass", "hasattr", "callable", "id", "hash",
                              "type", "range", "format", "chr", "ord", "open", "input", "vars", "dir", "globals",
@@ -46,6 +47,7 @@ PYTHON_BUILTINS = frozenset({"len", "str", "repr", "isinstance", "issubclass", "
 DERIVING_BUILTINS = frozenset({"min", "max", "sum", "abs", "round", "sorted", "list", "tuple", "set", "dict", "zip",
                                "enumerate", "reversed", "map", "filter", "iter", "next", "getattr", "any", "all",
                                "frozenset"})
+BUILTINS = PYTHON_BUILTINS | DERIVING_BUILTINS
 HOST_CONVERSIONS = frozenset({"float", "int", "bool"})
 PYTHON_COMPARISONS = (ast.In, ast.NotIn, ast.Is, ast.IsNot)
 HOST_NEUTRAL = frozenset({"detach", "clone", "float", "double", "long", "int", "half", "squeeze", "flatten", "view",
@@ -395,7 +397,7 @@ class ExpressionFacts(WalkerState):
         qualified = self._qualify(text)
         if qualified is not None and qualified.startswith("torch."):
             return self._torch_call(node, qualified, positional, keywords)
-        if method is None and text in PYTHON_BUILTINS | DERIVING_BUILTINS and text not in self.names.counts \
+        if method is None and text in BUILTINS and text not in self.names.counts \
                 and text not in self.module.scope.locals:
             return self._builtin_call(node, text, positional)
         fallback = self._computed(union(receiver, *positional, *keywords)) or UNKNOWN_VALUE
@@ -442,6 +444,12 @@ class ExpressionFacts(WalkerState):
                 self._keep(node, positional[1] if method == "insert" and len(positional) > 1 else positional[0],
                            holder, func.value, "append")
                 return ()
+        if method in IN_PLACE and positional:
+            container = _in_place_target(func.value)
+            holder = self._holder(container)
+            if holder is not None:  # self.total.add_(loss): the stored tensor grows the graph
+                self._keep(node, self._computed(union(*positional)), holder, container, "augment")
+                return receiver
         if method in TENSOR_METHODS:
             return self._computed(union(receiver, *positional, *keywords))
         return None
@@ -536,6 +544,13 @@ def _mentions(value: ast.AST, text: str | None) -> bool:
     """Does the expression read the dotted name ``text``?"""
     return text is not None and any(type(node) in (ast.Attribute, ast.Name) and dotted(node) == text
                                     for node in ast.walk(value))
+
+
+def _in_place_target(expr: ast.AST) -> ast.AST:
+    """What a chain of in-place operations changes: ``self.ema`` for ``self.ema.mul_(d)``."""
+    while type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in IN_PLACE:
+        expr = expr.func.value
+    return expr
 
 
 def _target_names(target: ast.AST) -> list[str]:
