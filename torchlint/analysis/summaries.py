@@ -417,82 +417,59 @@ class ModuleSummary:
 # A dataclass is a JSON list of its fields in order (SUMMARY_VERSION changes with them); each
 # type's encoder and decoder is built once from its annotations.
 
-_ENCODERS: dict[object, typing.Callable[[object], object]] = {}
-_DECODERS: dict[object, typing.Callable[[object], object]] = {}
+_CODECS: dict[object, tuple[typing.Callable[[object], object], typing.Callable[[object], object]]] = {}
 
 
 def encode(value: object, kind: object = None) -> object:
     """Plain JSON data for a value of one of the summaries' types (``kind``: its declared type,
     by default its class)."""
-    return _encoder(type(value) if kind is None else kind)(value)
+    return _codec(type(value) if kind is None else kind)[0](value)
 
 
 def decode(kind: object, data: object) -> object:
-    """The inverse of ``encode``; data of the wrong shape raises TypeError or ValueError."""
-    return _decoder(kind)(data)
+    """The inverse of ``encode``; data of the wrong shape raises TypeError."""
+    return _codec(kind)[1](data)
 
 
 def _same(value: object) -> object:
     return value
 
 
-def _encoder(kind: object) -> typing.Callable[[object], object]:
-    found = _ENCODERS.get(kind)
+def _codec(kind: object) -> tuple[typing.Callable[[object], object], typing.Callable[[object], object]]:
+    """The encoder and the decoder of a declared type."""
+    found = _CODECS.get(kind)
     if found is not None:
         return found
     origin, arguments = typing.get_origin(kind), typing.get_args(kind)
     if origin is tuple:
-        item = _encoder(arguments[0])
-        found = list if item is _same else (lambda value: [item(element) for element in value])
+        encode_item, decode_item = _codec(arguments[0])
+        found = (list if encode_item is _same else lambda value: [encode_item(item) for item in value],
+                 lambda data: tuple(decode_item(item) for item in _checked(data, list)))
     elif origin is dict:
-        item = _encoder(arguments[1])
-        found = _same if item is _same else (lambda value: {key: item(element) for key, element in value.items()})
+        encode_item, decode_item = _codec(arguments[1])
+        found = (_same if encode_item is _same else lambda value: {k: encode_item(v) for k, v in value.items()},
+                 lambda data: {_checked(k, str): decode_item(v) for k, v in _checked(data, dict).items()})
     elif origin is frozenset:
-        found = sorted
+        found = (sorted, lambda data: frozenset(_checked(item, str) for item in _checked(data, list)))
     elif origin in (typing.Union, types.UnionType):
-        item = _encoder(next(option for option in arguments if option is not type(None)))
-        found = _same if item is _same else (lambda value: None if value is None else item(value))
-    elif isinstance(kind, type) and is_dataclass(kind):
-        parts: list = []  # filled below: a dataclass may hold itself (Effect.via)
-        found = _ENCODERS[kind] = lambda value: [encode_part(getattr(value, name)) for name, encode_part in parts]
-        parts += [(f.name, _encoder(hint)) for f, hint in zip(fields(kind), _hints(kind))]
-    else:
-        found = _same
-    _ENCODERS[kind] = found
-    return found
-
-
-def _decoder(kind: object) -> typing.Callable[[object], object]:
-    found = _DECODERS.get(kind)
-    if found is not None:
-        return found
-    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
-    if origin is tuple:
-        item = _decoder(arguments[0])
-        found = lambda data: tuple(item(element) for element in _checked(data, list))  # noqa: E731
-    elif origin is dict:
-        item = _decoder(arguments[1])
-        found = lambda data: {_checked(key, str): item(element)  # noqa: E731
-                              for key, element in _checked(data, dict).items()}
-    elif origin is frozenset:
-        found = lambda data: frozenset(_checked(item, str) for item in _checked(data, list))  # noqa: E731
-    elif origin in (typing.Union, types.UnionType):
-        item = _decoder(next(option for option in arguments if option is not type(None)))
-        found = lambda data: None if data is None else item(data)  # noqa: E731
+        encode_item, decode_item = _codec(next(option for option in arguments if option is not type(None)))
+        found = (_same if encode_item is _same else lambda value: None if value is None else encode_item(value),
+                 lambda data: None if data is None else decode_item(data))
     elif isinstance(kind, type) and is_dataclass(kind):
         parts: list = []  # filled below: a dataclass may hold itself (Effect.via)
 
-        def found(data: object, kind: type = kind, parts: list = parts) -> object:
+        def decode_fields(data: object) -> object:
             if type(data) is not list or len(data) != len(parts):
                 raise TypeError(f"expected {len(parts)} fields for {kind.__name__}")
-            return kind(*[decode_part(value) for decode_part, value in zip(parts, data)])
-        _DECODERS[kind] = found
-        parts += [_decoder(hint) for hint in _hints(kind)]
+            return kind(*[decode_part(value) for (_, _, decode_part), value in zip(parts, data)])
+        found = _CODECS[kind] = (
+            lambda value: [encode_part(getattr(value, name)) for name, encode_part, _ in parts], decode_fields)
+        parts += [(f.name, *_codec(hint)) for f, hint in zip(fields(kind), _hints(kind))]
     elif kind in (str, int, bool):
-        found = lambda data: _checked(data, kind)  # noqa: E731
+        found = (_same, lambda data: _checked(data, kind))
     else:
         raise TypeError(f"no JSON form for {kind!r}")
-    _DECODERS[kind] = found
+    _CODECS[kind] = found
     return found
 
 
