@@ -8,9 +8,14 @@ call in the loop asks "what does this call do?"; a ``FunctionSummary`` answers, 
 
 This module holds the plain data (picklable, and JSON through ``to_json``/``from_json`` for a disk
 cache) and ``ModuleSummary``, a file's index: its imports, classes and names, with each
-function's local summary computed on first request (``function(qualname)``) by
-torchlint/analysis/function_facts.py. torchlint/analysis/callgraph.py resolves calls and makes the
-facts transitive; torchlint/analysis/project.py finds and loads the project's own modules.
+function's local summary computed on first request (``function(qualname)``). Beside it:
+
+    module_index.py    a file's names (imports, classes, names bound once), from CPython's tree
+    value_facts.py     what a function's expressions hold and do (syncs, keeps, calls, ...)
+    function_facts.py  what one call of a function does by itself: its local summary
+    resolution.py      which function a call calls, in the file or the project's modules
+    callgraph.py       what a call does with its callees included (``Summaries``)
+    project.py         the project's own modules: imports to files, loading, caches
 
 Conventions: lines are 1-based and columns 0-based code points (LibCST's ``PositionProvider``);
 parameters are numbered as the ``def`` lists them, ``self`` first; a local summary's calls are
