@@ -663,6 +663,28 @@ row("enable-grad-and-autograd", GRAD, ("train.py", "attack"), [
     "grad enabled",
 ])
 
+SWITCHES = """
+    import torch
+
+    @torch.set_grad_enabled(False)
+    def frozen(model, x):
+        return model(x)
+
+    def switched(model, x):
+        torch.set_grad_enabled(False)
+        out = model(x)
+        torch.set_grad_enabled(True)
+        return model(out)
+
+    def either(model, x, train):
+        with torch.set_grad_enabled(train):
+            return model(x)
+    """
+row("set-grad-enabled-decorator", SWITCHES, ("train.py", "frozen"), ["grad disabled"])
+row("set-grad-enabled-statements", SWITCHES, ("train.py", "switched"),
+    ["forward train.py:11 model(out)", "returns forward train.py:11 model(out)"])
+row("grad-mode-unknown-is-not-on", SWITCHES, ("train.py", "either"), [])
+
 row("backward-through-a-callee", """
     def train_step(model, batch, opt, scaler):
         loss = model(batch).mean()
