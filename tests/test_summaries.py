@@ -1,0 +1,920 @@
+"""Function summaries (torchlint/analysis): small programs -> the exact facts one call of a
+function has, with its callees' (in the file and in the project's other modules) included.
+
+Each row writes its files to a temporary project, asks about one call (``callee`` written in
+``scope``) or one function, and compares every fact, rendered one per line as
+``kind file:line what ... via file:line what``, with the expected lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pickle
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchlint.analysis.function_facts import summarize_module
+from torchlint.analysis.project import ProjectModules
+from torchlint.analysis.summaries import Effect, FunctionSummary, ModuleSummary, Operand
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+
+
+def where(effect: Effect, root: Path) -> str:
+    return f"{Path(effect.path).relative_to(root)}:{effect.line} {effect.what}"
+
+
+def via(effect: Effect, root: Path) -> str:
+    return "".join(f" via {where(hop, root)}" for hop in effect.via)
+
+
+def value(op: Operand) -> str:
+    text = f"parameter {op.index} {op.name}" if op.kind == "parameter" else op.kind
+    return text if op.graph else f"{text} (detached)"
+
+
+def facts(summary: FunctionSummary, root: Path) -> list[str]:
+    """Every fact of a summary, one line each."""
+    lines = [f"sync {where(s.effect, root)} ({s.how}) reads {', '.join(map(value, s.reads))}{via(s.effect, root)}"
+             for s in summary.host_syncs]
+    lines += [f"clears {where(e, root)}{via(e, root)}" for e in summary.clears_cache]
+    lines += [f"keeps {value(k.value)} {'with' if k.with_graph else 'without'} graph in {k.into} ({k.how}, "
+              f"held by {value(k.holder)}) at {where(k.effect, root)}{via(k.effect, root)}" for k in summary.keeps]
+    lines += [f"forward {where(e, root)}{via(e, root)}" for e in summary.forwards_with_grad]
+    lines += [f"backward {where(e, root)}{via(e, root)}" for e in summary.backward]
+    lines += [f"autograd {where(e, root)}{via(e, root)}" for e in summary.autograd]
+    lines += [f"mode {m.receiver} {m.mode} at {where(m.effect, root)}{via(m.effect, root)}" for m in summary.mode_calls]
+    lines += [f"returns {value(op)}" for op in summary.returns_parameters]
+    forward = summary.returns_forward
+    if forward is not None:
+        lines.append(f"returns forward {where(forward, root)}{via(forward, root)}")
+    layer = summary.returns_layer
+    if layer is not None:
+        bias = layer.bias if layer.parameter is None else f"{layer.bias} {value(layer.parameter)}"
+        lines.append(f"returns layer {layer.kind} bias={bias} at {where(layer.effect, root)}{via(layer.effect, root)}")
+    factory = summary.returns_factory
+    if factory is not None:
+        lines.append(f"returns factory {factory.name}{' (random)' if factory.random else ''} at "
+                     f"{where(factory.effect, root)}{via(factory.effect, root)}")
+    if summary.builds:
+        lines.append(f"builds {', '.join(summary.builds)}")
+    if summary.grad_mode is not None:
+        lines.append(f"grad {summary.grad_mode}")
+    return lines
+
+
+def ask(root: Path, query: tuple) -> FunctionSummary | None:
+    summaries = ProjectModules(root).summaries
+    if len(query) == 2:
+        return summaries.function(str(root / query[0]), query[1])
+    return summaries.resolve_call(str(root / query[0]), query[1], query[2])
+
+
+ROWS = []
+
+
+def row(name: str, files: dict[str, str] | str, query: tuple, expected: list[str] | None) -> None:
+    ROWS.append(pytest.param({"train.py": files} if isinstance(files, str) else files, query, expected, id=name))
+
+
+# --- host syncs ---
+
+row("direct-sync", """
+    def log_step(loss):
+        return loss.item()
+    """, ("train.py", "log_step", None), ["sync train.py:2 loss.item() (method) reads parameter 0 loss"])
+
+row("sync-on-parameter-vs-python-number", """
+    def report(loss, count: int):
+        a = float(loss)
+        b = float(count)
+        n = len(loss)
+        print(n, f"{n}")
+        v = loss.item()
+        print("loss %.3f" % v)
+
+    def fit(model, x):
+        report(3.0, 1)
+        report(model(x), 1)
+    """, ("train.py", "fit"), [
+        "sync train.py:2 float(loss) (conversion) reads tensor via train.py:11 report(...)",
+        "sync train.py:6 loss.item() (method) reads tensor via train.py:11 report(...)",
+        "forward train.py:11 model(x)",
+    ])
+
+row("formatting-and-printing-a-tensor", """
+    import torch
+
+    def show(model, x):
+        out = model(x)
+        print(out)
+        print(f"{out.mean():.3f}")
+        "{}".format(out)
+        msg = "%s" % (out,)
+        torch.cuda.synchronize()
+        out.cpu()
+        out.cpu().numpy()
+        out.tolist()
+    """, ("train.py", "show"), [
+        "sync train.py:5 print(out) (print) reads tensor",
+        "sync train.py:6 f\"{out.mean():.3f}\" (format) reads tensor",
+        "sync train.py:7 \"{}\".format(out) (format) reads tensor",
+        "sync train.py:8 \"%s\" % (out,) (format) reads tensor",
+        "sync train.py:9 torch.cuda.synchronize() (synchronize) reads device",
+        "sync train.py:10 out.cpu() (method) reads tensor",
+        "sync train.py:11 out.cpu() (method) reads tensor",
+        "sync train.py:12 out.tolist() (method) reads tensor",
+        "forward train.py:4 model(x)",
+    ])
+
+row("periodic-sync-not-counted", """
+    import torch
+
+    def log_step(loss, step, log_now):
+        if step % 100 == 0:
+            print(loss.item())
+        if log_now:
+            torch.cuda.empty_cache()
+        if not log_now:
+            print(loss.item())
+        try:
+            pass
+        except RuntimeError:
+            print(loss.item())
+        return
+        print(loss.item())
+
+    def fit(loss, step):
+        if step % 10 == 0:
+            show(loss)
+        else:
+            show(loss.detach())
+
+    def show(x):
+        print(x)
+    """, ("train.py", "fit"),
+    ["sync train.py:24 print(x) (print) reads parameter 0 loss (detached) via train.py:21 show(...)"])
+
+row("periodic-helper-itself", ROWS[-1].values[0], ("train.py", "log_step"), [])
+
+row("recursion", """
+    def walk(x, n):
+        if n > 0:
+            return walk(x, n - 1)
+        return x.item()
+    """, ("train.py", "walk"), ["sync train.py:4 x.item() (method) reads parameter 0 x"])
+
+row("mutual-recursion", """
+    import torch
+
+    def ping(x, n):
+        if n:
+            pong(x, n - 1)
+        print(x)
+
+    def pong(y, n):
+        ping(y, n)
+        torch.cuda.empty_cache()
+    """, ("train.py", "pong"), [
+        "sync train.py:6 print(x) (print) reads parameter 0 y via train.py:9 ping(...)",
+        "clears train.py:10 torch.cuda.empty_cache()",
+    ])
+
+row("cycle-across-two-files", {
+    "a.py": """
+        from b import g
+
+        def f(x):
+            g(x)
+            return x.item()
+        """,
+    "b.py": """
+        import torch
+        from a import f
+
+        def g(y):
+            f(y)
+            torch.cuda.empty_cache()
+        """,
+}, ("a.py", "f"), [
+    "sync a.py:5 x.item() (method) reads parameter 0 x",
+    "clears b.py:6 torch.cuda.empty_cache() via a.py:4 g(...)",
+])
+
+# --- how calls resolve ---
+
+row("self-method-and-base-class", """
+    class Base:
+        def log(self, value):
+            print(value.item())
+
+    class Trainer(Base):
+        def fit(self, loss):
+            self.log(loss)
+    """, ("train.py", "self.log", "Trainer.fit"), ["sync train.py:3 value.item() (method) reads parameter 1 value"])
+
+INSTANCES = """
+    class Meter:
+        def update(self, val):
+            self.last = val.item()
+
+    meter = Meter()
+
+    def fit(loss):
+        local = Meter()
+        local.update(loss)
+
+    def report(loss):
+        meter.update(loss)
+    """
+row("instance-bound-in-the-scope", INSTANCES, ("train.py", "fit"),
+    ["sync train.py:3 val.item() (method) reads parameter 0 loss via train.py:9 local.update(...)"])
+row("instance-bound-at-module-level", INSTANCES, ("train.py", "meter.update", "report"),
+    ["sync train.py:3 val.item() (method) reads parameter 1 val"])
+
+row("self-attribute-bound-to-a-class", """
+    class Meter:
+        def update(self, val, n=1):
+            self.sum += val * n
+
+    class Trainer:
+        def __init__(self):
+            self.meter = Meter()
+
+        def step(self, loss):
+            self.meter.update(loss)
+    """, ("train.py", "Trainer.step"), [
+        "keeps parameter 1 loss with graph in self.sum (augment, held by parameter 0 self) at "
+        "train.py:3 self.sum += val * n via train.py:10 self.meter.update(...)",
+    ])
+
+row("bound-method-aliases", """
+    import torch
+
+    class Meter:
+        def update(self, val):
+            print(val)
+
+    class Trainer:
+        def train_step(self, batch):
+            torch.cuda.empty_cache()
+
+        def fit(self, loader, loss):
+            meter = Meter()
+            step = self.train_step
+            log = meter.update
+            for batch in loader:
+                step(batch)
+                log(loss)
+    """, ("train.py", "Trainer.fit"), [
+        "sync train.py:5 print(val) (print) reads parameter 2 loss via train.py:17 log(...)",
+        "clears train.py:9 torch.cuda.empty_cache() via train.py:16 step(...)",
+    ])
+
+row("name-bound-twice-is-unknown", """
+    def a(x):
+        x.item()
+
+    def b(x):
+        pass
+
+    def fit(x, flag):
+        step = a
+        if flag:
+            step = b
+        step(x)
+    """, ("train.py", "step", "fit"), None)
+
+row("parameter-shadows-a-function", """
+    def log_step(x):
+        x.item()
+
+    def fit(x, log_step):
+        log_step(x)
+    """, ("train.py", "log_step", "fit"), None)
+
+row("static-and-class-methods-bind-their-arguments", """
+    class Logger:
+        @staticmethod
+        def show(value):
+            print(value)
+
+        @classmethod
+        def make(cls, value, scale=1.0):
+            return float(value * scale)
+
+        def log(self, value):
+            self.show(value)
+            Logger.show(value)
+            self.make(scale=2.0, value=value)
+    """, ("train.py", "Logger.log"), [
+        "sync train.py:4 print(value) (print) reads parameter 1 value via train.py:11 self.show(...)",
+        "sync train.py:8 float(value * scale) (conversion) reads parameter 1 value via train.py:13 self.make(...)",
+    ])
+
+row("annotated-parameter-is-an-instance", """
+    class Meter:
+        def update(self, val):
+            return val.item()
+
+    def fit(meter: Meter, loss):
+        meter.update(loss)
+    """, ("train.py", "meter.update", "fit"), ["sync train.py:3 val.item() (method) reads parameter 1 val"])
+
+row("calling-an-instance-runs-forward", """
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def forward(self, x):
+            print(x.shape, x.sum().item())
+            return x
+
+    class Trainer:
+        def __init__(self):
+            self.net = Net()
+
+        def step(self, x):
+            return self.net(x)
+    """, ("train.py", "Trainer.step"), [
+        "sync train.py:5 x.sum().item() (method) reads parameter 1 x via train.py:13 self.net(...)",
+        "forward train.py:13 self.net(x)",
+        "returns forward train.py:13 self.net(x)",
+    ])
+
+row("nested-function", """
+    def outer(x):
+        def inner(y):
+            return y.item()
+        return inner(x)
+    """, ("train.py", "outer"), ["sync train.py:3 y.item() (method) reads parameter 0 x via train.py:4 inner(...)"])
+
+# --- the project's modules ---
+
+PROJECT = {
+    "utils.py": """
+        import torch
+
+        def log_step(loss):
+            print(f"loss {loss}")
+
+        def free_memory():
+            torch.cuda.empty_cache()
+        """,
+    "pkg/__init__.py": """
+        from .meters import AverageMeter
+        """,
+    "pkg/meters.py": """
+        class AverageMeter:
+            def update(self, val, n=1):
+                self.sum += val * n
+        """,
+    "pkg/engine.py": """
+        from .meters import AverageMeter
+        from . import meters
+
+        def track(loss):
+            AverageMeter().update(loss)
+            m = meters.AverageMeter()
+            m.update(loss)
+        """,
+    "train.py": """
+        import numpy as np
+        import utils as U
+        from utils import log_step
+        from pkg import AverageMeter
+        from missing_module import helper
+
+        meter = AverageMeter()
+
+        def fit(model, x):
+            loss = model(x)
+            log_step(loss)
+            U.free_memory()
+            meter.update(loss)
+            helper(loss)
+            np.mean(loss)
+        """,
+}
+
+row("absolute-import", PROJECT, ("train.py", "log_step", "fit"),
+    ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss"])
+row("import-as", PROJECT, ("train.py", "U.free_memory", "fit"), ["clears utils.py:7 torch.cuda.empty_cache()"])
+METER_UPDATE = [
+    "keeps parameter 1 val with graph in self.sum (augment, held by parameter 0 self) at "
+    "pkg/meters.py:3 self.sum += val * n",
+    "keeps parameter 2 n with graph in self.sum (augment, held by parameter 0 self) at "
+    "pkg/meters.py:3 self.sum += val * n",
+]
+row("package-init-re-export", PROJECT, ("train.py", "meter.update", "fit"), METER_UPDATE)
+row("relative-import", PROJECT, ("pkg/engine.py", "m.update", "track"), METER_UPDATE)
+# what a meter made inside the call keeps dies with it
+row("kept-in-a-local-object-is-not-kept", PROJECT, ("pkg/engine.py", "track"), [])
+row("dotted-module-import-and-star-import", {
+    **PROJECT,
+    "script.py": """
+        import pkg.meters
+        from utils import *
+
+        def run(loss):
+            pkg.meters.AverageMeter().update(loss)
+            log_step(loss)
+        """,
+}, ("script.py", "run"),
+    ["sync utils.py:4 f\"loss {loss}\" (format) reads parameter 0 loss via script.py:6 log_step(...)"])
+row("a-model-class-of-another-module", {
+    "models.py": """
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3)
+                self.bn = nn.BatchNorm2d(c)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.Sequential(Block(3), Block(3))
+        """,
+    "train.py": """
+        from models import *
+
+        def main():
+            model = Net()
+        """,
+}, ("train.py", "Net", "main"), ["builds BatchNorm2d, Conv2d, Sequential"])
+row("unresolvable-import", PROJECT, ("train.py", "helper", "fit"), None)
+row("third-party-import", PROJECT, ("train.py", "np.mean", "fit"), None)
+row("everything-through-the-imports", PROJECT, ("train.py", "fit"), [
+    "sync utils.py:4 f\"loss {loss}\" (format) reads tensor via train.py:11 log_step(...)",
+    "clears utils.py:7 torch.cuda.empty_cache() via train.py:12 U.free_memory()",
+    "keeps tensor with graph in self.sum (augment, held by global) at pkg/meters.py:3 self.sum += val * n "
+    "via train.py:13 meter.update(...)",
+    "forward train.py:10 model(x)",
+])
+
+# --- values kept past the call ---
+
+METERS = """
+    class WithGraph:
+        def update(self, val, n=1):
+            self.sum += val * n
+            self.history.append(val)
+
+    class Detached:
+        def update(self, val, n=1):
+            self.sum += val.item() * n
+            self.history.append(val.detach())
+            self.last = val.cpu().numpy()
+    """
+row("meter-keeps-val-with-its-graph", METERS, ("train.py", "WithGraph.update"), [
+    "keeps parameter 1 val with graph in self.sum (augment, held by parameter 0 self) at "
+    "train.py:3 self.sum += val * n",
+    "keeps parameter 2 n with graph in self.sum (augment, held by parameter 0 self) at "
+    "train.py:3 self.sum += val * n",
+    "keeps parameter 1 val with graph in self.history (append, held by parameter 0 self) at "
+    "train.py:4 self.history.append(val)",
+])
+row("meter-keeps-val-item", METERS, ("train.py", "Detached.update"), [
+    "sync train.py:8 val.item() (method) reads parameter 1 val",
+    "sync train.py:10 val.cpu() (method) reads parameter 1 val",
+    "keeps parameter 2 n with graph in self.sum (augment, held by parameter 0 self) at "
+    "train.py:8 self.sum += val.item() * n",
+    "keeps parameter 1 val (detached) without graph in self.history (append, held by parameter 0 self) at "
+    "train.py:9 self.history.append(val.detach())",
+])
+
+row("in-place-accumulation", """
+    import torch
+
+    class Totals:
+        def update(self, loss, p):
+            self.total.add_(loss)
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(p, alpha=0.1)
+    """, ("train.py", "Totals.update"), [
+        "keeps parameter 1 loss with graph in self.total (augment, held by parameter 0 self) at "
+        "train.py:5 self.total.add_(loss)",
+        "keeps parameter 2 p (detached) without graph in self.ema (augment, held by parameter 0 self) at "
+        "train.py:7 self.ema.mul_(0.9).add_(p, alpha=0.1)",
+    ])
+
+row("kept-in-a-module-container-and-a-parameter", """
+    import torch
+
+    HISTORY = []
+
+    def remember(loss, store, model, x):
+        HISTORY.append(loss)
+        store["loss"] = loss
+        local = []
+        local.append(loss)
+        with torch.no_grad():
+            store["out"] = model(x)
+
+    def fit(model, x, logs):
+        out = model(x)
+        remember(out, logs, model, x)
+    """, ("train.py", "fit"), [
+        "keeps tensor with graph in HISTORY (append, held by global) at train.py:6 HISTORY.append(loss) "
+        "via train.py:15 remember(...)",
+        "keeps tensor with graph in store (item, held by parameter 2 logs) at train.py:7 store[\"loss\"] = loss "
+        "via train.py:15 remember(...)",
+        "keeps tensor (detached) without graph in store (item, held by parameter 2 logs) at "
+        "train.py:11 store[\"out\"] = model(x) via train.py:15 remember(...)",
+        "forward train.py:14 model(x)",
+    ])
+
+# --- layers and factories returned ---
+
+LAYERS = """
+    import torch.nn as nn
+    from torch import nn as tnn
+    from torch.nn import Conv2d
+
+    def conv3x3(a, b, stride=1):
+        return nn.Conv2d(a, b, 3, stride, 1)
+
+    def conv1x1(a, b):
+        return tnn.Conv2d(a, b, 1, bias=False)
+
+    def conv(a, b, bias=True):
+        layer = Conv2d(a, b, 3, bias=bias)
+        return layer
+
+    def head(a, b):
+        return nn.Sequential(nn.ReLU(), nn.Linear(a, b))
+
+    def block(c):
+        return conv(c, c, bias=False)
+
+    def stem(c, use_bias):
+        return nn.Sequential(nn.ReLU(), conv(c, c, use_bias))
+
+    def maybe(c, big):
+        if big:
+            return conv3x3(c, c)
+        return nn.ReLU()
+    """
+row("conv3x3-bias-default", LAYERS, ("train.py", "conv3x3"),
+    ["returns layer Conv2d bias=default at train.py:6 nn.Conv2d(a, b, 3, stride, 1)", "builds Conv2d"])
+row("conv1x1-bias-false", LAYERS, ("train.py", "conv1x1"),
+    ["returns layer Conv2d bias=False at train.py:9 tnn.Conv2d(a, b, 1, bias=False)", "builds Conv2d"])
+row("conv-bias-from-a-parameter", LAYERS, ("train.py", "conv"),
+    ["returns layer Conv2d bias=parameter parameter 2 bias at train.py:12 Conv2d(a, b, 3, bias=bias)",
+     "builds Conv2d"])
+row("sequential-ending-in-linear", LAYERS, ("train.py", "head"),
+    ["returns layer Linear bias=default at train.py:16 nn.Linear(a, b)", "builds Linear, ReLU, Sequential"])
+row("layer-through-a-helper", LAYERS, ("train.py", "block"),
+    ["returns layer Conv2d bias=False at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:19 conv(...)",
+     "builds Conv2d"])
+row("sequential-ending-in-a-helper", LAYERS, ("train.py", "stem"), [
+    "returns layer Conv2d bias=parameter parameter 1 use_bias at train.py:12 Conv2d(a, b, 3, bias=bias) "
+    "via train.py:22 conv(...)",
+    "builds Conv2d, ReLU, Sequential",
+])
+row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), ["builds Conv2d, ReLU"])
+
+row("factories", """
+    import torch
+
+    def make_mask(n):
+        m = torch.ones(n)
+        m[0] = 0
+        return m
+
+    def noise(n):
+        return torch.randn(n, 3)
+
+    def placed(n, device):
+        return torch.zeros(n, device=device)
+
+    def moved(n):
+        x = torch.zeros(n)
+        x = x.cuda()
+        return x
+
+    def like(t):
+        return torch.zeros_like(t)
+
+    def wrapper(n):
+        return noise(n)
+    """, ("train.py", "make_mask"), ["returns factory ones at train.py:4 torch.ones(n)"])
+for _name, _expected in (("noise", ["returns factory randn (random) at train.py:9 torch.randn(n, 3)"]),
+                         ("placed", []), ("moved", []), ("like", []),
+                         ("wrapper", ["returns factory randn (random) at train.py:9 torch.randn(n, 3) "
+                                      "via train.py:23 noise(...)"])):
+    row(f"factory-{_name}", ROWS[-1].values[0], ("train.py", _name), _expected)
+
+# --- grad mode, forwards, backward, modes ---
+
+GRAD = """
+    import torch
+    from torch import no_grad
+
+    @torch.no_grad()
+    def predict(model, x):
+        return model(x)
+
+    def predict_block(self_model, x):
+        with torch.inference_mode():
+            return self_model(x)
+
+    @no_grad
+    def sample(generator, z):
+        return generator(z)
+
+    def run(net, x):
+        return net(x)
+
+    def evaluate(model, x):
+        predict(model, x)
+        with torch.no_grad():
+            run(model, x)
+        return run(model, x)
+
+    @torch.enable_grad()
+    def attack(x):
+        x.requires_grad_()
+        return torch.autograd.grad(x.sum(), x)
+    """
+row("no-grad-decorator", GRAD, ("train.py", "predict"), ["grad disabled"])
+row("no-grad-block", GRAD, ("train.py", "predict_block"), ["grad disabled"])
+row("no-grad-bare-decorator", GRAD, ("train.py", "sample"), ["grad disabled"])
+row("forward-with-grad", GRAD, ("train.py", "run"),
+    ["forward train.py:17 net(x)", "returns forward train.py:17 net(x)"])
+row("no-grad-cuts-forwards-of-callees", GRAD, ("train.py", "evaluate"), [
+    "forward train.py:17 net(x) via train.py:23 run(...)",
+    "returns forward train.py:17 net(x) via train.py:23 run(...)",
+])
+row("enable-grad-and-autograd", GRAD, ("train.py", "attack"), [
+    "autograd train.py:25 torch.enable_grad()",
+    "autograd train.py:27 x.requires_grad_()",
+    "autograd train.py:28 torch.autograd.grad(x.sum(), x)",
+    "returns parameter 0 x",
+    "grad enabled",
+])
+
+SWITCHES = """
+    import torch
+
+    @torch.set_grad_enabled(False)
+    def frozen(model, x):
+        return model(x)
+
+    def switched(model, x):
+        torch.set_grad_enabled(False)
+        out = model(x)
+        torch.set_grad_enabled(True)
+        return model(out)
+
+    def either(model, x, train):
+        with torch.set_grad_enabled(train):
+            return model(x)
+    """
+row("set-grad-enabled-decorator", SWITCHES, ("train.py", "frozen"), ["grad disabled"])
+row("set-grad-enabled-statements", SWITCHES, ("train.py", "switched"),
+    ["forward train.py:11 model(out)", "returns forward train.py:11 model(out)"])
+row("grad-mode-unknown-is-not-on", SWITCHES, ("train.py", "either"), [])
+
+row("backward-through-a-callee", """
+    def train_step(model, batch, opt, scaler):
+        loss = model(batch).mean()
+        scaler.scale(loss).backward()
+        opt.step()
+        return loss.detach()
+
+    def train_epoch(model, loader, opt, scaler):
+        for batch in loader:
+            loss = train_step(model, batch, opt, scaler)
+        return loss
+    """, ("train.py", "train_epoch"), [
+        "forward train.py:2 model(batch) via train.py:9 train_step(...)",
+        "backward train.py:3 scaler.scale(loss).backward() via train.py:9 train_step(...)",
+    ])
+
+row("mode-calls", """
+    def evaluate(net, loader):
+        net.eval()
+        for x in loader:
+            net(x)
+
+    def fit(model, loader):
+        model.train()
+        evaluate(model, loader)
+        model.module.train(False)
+    """, ("train.py", "fit"), [
+        "forward train.py:4 net(x) via train.py:8 evaluate(...)",
+        "mode model eval at train.py:2 net.eval() via train.py:8 evaluate(...)",
+        "mode model.module eval at train.py:9 model.module.train(False)",
+    ])
+
+row("returns-forward-loss", """
+    def compute_loss(model, x, y, criterion):
+        out = model(x)
+        loss = criterion(out, y)
+        return loss
+
+    def step(model, x, y, criterion):
+        return compute_loss(model, x, y, criterion)
+    """, ("train.py", "step"), [
+        "forward train.py:2 model(x) via train.py:7 compute_loss(...)",
+        "returns parameter 2 y",
+        "returns forward train.py:2 model(x) via train.py:7 compute_loss(...)",
+    ])
+
+
+@pytest.mark.parametrize("files, query, expected", ROWS)
+def test_summary_facts(tmp_path, files, query, expected):
+    write(tmp_path, files)
+    summary = ask(tmp_path, query)
+    if expected is None:
+        assert summary is None
+    else:
+        assert summary is not None
+        assert facts(summary, tmp_path) == expected
+
+
+# --- finding the project's modules ---
+
+def test_imports_resolve_like_ruff(tmp_path):
+    write(tmp_path, {
+        "utils.py": "",
+        "scripts/train.py": "",
+        "scripts/helpers.py": "",
+        "src/mypkg/__init__.py": "",
+        "src/mypkg/loop/__init__.py": "",
+        "src/mypkg/loop/run.py": "",
+        "src/mypkg/models.py": "",
+        "lib/extra.py": "",
+    })
+    modules = ProjectModules(tmp_path, src=[Path("lib")])
+    run = str(tmp_path / "src/mypkg/loop/run.py")
+    train = str(tmp_path / "scripts/train.py")
+    found = {
+        "script's folder": modules.resolve_import(train, "helpers", 0),
+        "project root": modules.resolve_import(train, "utils", 0),
+        "package root": modules.resolve_import(run, "mypkg.models", 0),
+        "package": modules.resolve_import(run, "mypkg", 0),
+        "src root": modules.resolve_import(train, "extra", 0),
+        "relative": modules.resolve_import(run, "models", 2),
+        "relative package": modules.resolve_import(run, "", 1),
+        "not the project's": modules.resolve_import(train, "torch.nn", 0),
+        "above the root": modules.resolve_import(run, "x", 6),
+    }
+    assert {name: path and Path(path).relative_to(tmp_path).as_posix() for name, path in found.items()} == {
+        "script's folder": "scripts/helpers.py",
+        "project root": "utils.py",
+        "package root": "src/mypkg/models.py",
+        "package": "src/mypkg/__init__.py",
+        "src root": "lib/extra.py",
+        "relative": "src/mypkg/models.py",
+        "relative package": "src/mypkg/loop/__init__.py",
+        "not the project's": None,
+        "above the root": None,
+    }
+
+
+def test_first_root_wins(tmp_path):
+    write(tmp_path, {"utils.py": "def helper(x):\n    x.item()\n", "scripts/utils.py": "def helper(x):\n    pass\n",
+                     "scripts/train.py": "from utils import helper\n\ndef f(x):\n    helper(x)\n"})
+    summary = ProjectModules(tmp_path).summaries.resolve_call(str(tmp_path / "scripts/train.py"), "helper", "f")
+    assert Path(summary.path) == tmp_path / "scripts/utils.py"
+    assert summary.host_syncs == ()
+
+
+# --- what a file's answers depend on; caches ---
+
+def test_dependencies_change_with_an_imported_file(tmp_path):
+    write(tmp_path, PROJECT)
+    train = tmp_path / "train.py"
+    modules = ProjectModules(tmp_path)
+    assert modules.dependencies(train) == []
+    log_step = modules.summaries.resolve_call(str(train), "log_step", "fit")
+    assert facts(log_step, tmp_path) == ['sync utils.py:4 f"loss {loss}" (format) reads parameter 0 loss']
+    before = modules.dependencies(train)
+    assert [path.relative_to(tmp_path).as_posix() for path, _ in before] == ["utils.py"]
+    modules.summaries.resolve_call(str(train), "meter.update", "fit")
+    assert [path.relative_to(tmp_path).as_posix() for path, _ in modules.dependencies(train)] == [
+        "pkg/__init__.py", "pkg/meters.py", "utils.py"]
+
+    (tmp_path / "utils.py").write_text("def log_step(loss):\n    return loss.detach()\n", encoding="utf-8")
+    assert modules.refresh() == [str(tmp_path / "utils.py")]
+    log_step = modules.summaries.resolve_call(str(train), "log_step", "fit")
+    assert facts(log_step, tmp_path) == []
+    after = modules.dependencies(train)
+    assert after[-1][0] == before[0][0] and after[-1][1] != before[0][1]
+    assert modules.refresh() == []
+
+
+def test_transitive_summaries_follow_a_change_two_files_away(tmp_path):
+    write(tmp_path, {"a.py": "from b import g\n\ndef f(x):\n    g(x)\n",
+                     "b.py": "from c import h\n\ndef g(x):\n    h(x)\n",
+                     "c.py": "def h(x):\n    x.item()\n"})
+    modules = ProjectModules(tmp_path)
+    assert len(modules.summaries.function(str(tmp_path / "a.py"), "f").host_syncs) == 1
+    assert [p.name for p, _ in modules.dependencies(tmp_path / "a.py")] == ["b.py", "c.py"]
+    (tmp_path / "c.py").write_text("def h(x):\n    pass\n", encoding="utf-8")
+    modules.refresh()
+    assert modules.summaries.function(str(tmp_path / "a.py"), "f").host_syncs == ()
+
+
+def test_a_buffer_given_for_a_file_replaces_its_disk_text(tmp_path):
+    write(tmp_path, {"utils.py": "def log(x):\n    pass\n",
+                     "train.py": "from utils import log\n\ndef f(x):\n    log(x)\n"})
+    modules = ProjectModules(tmp_path)
+    assert modules.summaries.function(str(tmp_path / "train.py"), "f").host_syncs == ()
+    modules.use_source(str(tmp_path / "utils.py"), "def log(x):\n    print(x.item())\n")
+    assert len(modules.summaries.function(str(tmp_path / "train.py"), "f").host_syncs) == 1
+
+
+def test_disk_cache_is_used_and_keyed_by_content(tmp_path, monkeypatch):
+    project, cache = tmp_path / "project", tmp_path / "cache"
+    write(project, PROJECT)
+    train = str(project / "train.py")
+    expected = facts(ProjectModules(project, cache_dir=cache).summaries.function(train, "fit"), project)
+    assert len(list(cache.rglob("*.json"))) == 4  # train.py, utils.py, pkg/__init__.py, pkg/meters.py
+
+    import torchlint.analysis.project as project_module
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed a file the cache holds")
+    monkeypatch.setattr(project_module.ast, "parse", no_parse)
+    assert facts(ProjectModules(project, cache_dir=cache).summaries.function(train, "fit"), project) == expected
+    monkeypatch.undo()
+
+    (project / "utils.py").write_text("def log_step(loss):\n    pass\n\ndef free_memory():\n    pass\n",
+                                      encoding="utf-8")
+    changed = facts(ProjectModules(project, cache_dir=cache).summaries.function(train, "fit"), project)
+    assert changed == [line for line in expected if "utils.py" not in line]
+    assert len(list(cache.rglob("*.json"))) == 5
+
+
+def test_bad_cache_entries_are_misses(tmp_path):
+    project, cache = tmp_path / "project", tmp_path / "cache"
+    write(project, {"utils.py": "def log(x):\n    x.item()\n"})
+    path = str(project / "utils.py")
+    ProjectModules(project, cache_dir=cache).summary(path)
+    [entry] = cache.rglob("*.json")
+    good = json.loads(entry.read_text(encoding="utf-8"))
+    for bad in ("{not json", json.dumps({**good, "version": -1}), json.dumps({**good, "path": "/elsewhere.py"}),
+                json.dumps({**good, "summary": {**good["summary"], "functions": {"log": {"path": 3}}}}), "[]"):
+        entry.write_text(bad, encoding="utf-8")
+        summary = ProjectModules(project, cache_dir=cache).summary(path)
+        assert len(summary.function("log").host_syncs) == 1
+        assert json.loads(entry.read_text(encoding="utf-8")) == good  # rewritten
+
+
+def test_summaries_survive_json(tmp_path):
+    source = textwrap.dedent(GRAD) + textwrap.dedent(LAYERS) + textwrap.dedent(METERS)
+    module = summarize_module(ast.parse(source), source, str(tmp_path / "m.py"))
+    data = json.loads(json.dumps(module.to_json()))
+    back = ModuleSummary.from_json(data)
+    assert back.functions == module.functions and back.classes == module.classes and back.scope == module.scope
+    assert back.to_json() == data
+
+
+def test_summaries_pickle_complete(tmp_path):
+    source = textwrap.dedent(GRAD)
+    module = summarize_module(ast.parse(source), source, "m.py")
+    module.function("run")
+    back = pickle.loads(pickle.dumps(module))
+    assert sorted(back.functions) == ["attack", "evaluate", "predict", "predict_block", "run", "sample"]
+    assert back.functions == module.functions
+
+
+# --- positions, laziness ---
+
+def test_columns_count_code_points(tmp_path):
+    source = 'def f(loss):\n    s = "größe 😀"; v = loss.item()\n'
+    summary = summarize_module(ast.parse(source), source, "m.py").function("f")
+    assert summary.host_syncs[0].effect == Effect("m.py", 2, 23, 2, 34, "loss.item()")
+
+
+def test_a_function_nested_too_deep_is_unknown(tmp_path):
+    write(tmp_path, {"deep.py": "def f(x):\n    return (" + " + ".join(["x"] * 900) + ").item()\n",
+                     "train.py": "from deep import f\n\ndef g(x):\n    return f(x)\n"})
+    summaries = ProjectModules(tmp_path).summaries
+    assert summaries.resolve_call(str(tmp_path / "train.py"), "f", "g") is None
+    assert summaries.function(str(tmp_path / "train.py"), "g").host_syncs == ()
+
+
+def test_functions_are_summarized_when_asked(tmp_path):
+    write(tmp_path, PROJECT)
+    module = summarize_module(ast.parse((tmp_path / "utils.py").read_text()), "", str(tmp_path / "utils.py"))
+    assert module.functions == {}
+    module.function("free_memory")
+    assert list(module.functions) == ["free_memory"]
+
+    modules = ProjectModules(tmp_path)
+    modules.summaries.resolve_call(str(tmp_path / "train.py"), "log_step", "fit")
+    consulted = modules.summaries.consulted(tmp_path / "train.py")
+    assert consulted == {str(tmp_path / name) for name in ("train.py", "utils.py")}

@@ -1,0 +1,238 @@
+"""What one call of a function does by itself: its local summary, from one walk over its
+statements in order (value_facts.py reads the expressions).
+
+What one call does, as documented here: statements under a periodic condition (a remainder test,
+``if step % 100 == 0``, or a test of a flag passed in, ``if log_now:``) contribute no syncs and no
+cache clears (they are left out, not recorded as conditional); ``except`` handlers, code after a
+``return``/``raise``/``break``/``continue`` in the same block, nested functions and lambdas are
+not part of the call; any other condition counts as taken. Never imports or runs the code.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from torchlint.analysis.module_index import SourceLines, dotted, index_class, index_module
+from torchlint.analysis.summaries import (
+    PARAMETER, RESULT, TENSOR, Factory, FunctionSummary, Layer, ModuleSummary, Operand, Returned, operand, public,
+    union,
+)
+from torchlint.analysis.value_facts import (
+    BIAS_POSITION, LAYERS, NO_CHANGE, SEQUENTIALS, SET_GRAD_ENABLED, UNKNOWN_VALUE, ExpressionFacts,
+    is_periodic_remainder,
+)
+from torchlint.matching import RANDOM_FACTORIES, TENSOR_FACTORIES
+
+
+def summarize_module(tree: ast.Module, source: str, path: str) -> ModuleSummary:
+    """A file's index (module_index.py), each function summarized when first asked for."""
+    return index_module(tree, source, path, summarize_function)
+
+
+def summarize_function(module: ModuleSummary, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str,
+                       class_name: str | None, text: SourceLines) -> FunctionSummary:
+    return FunctionWalker(module, node, qualname, class_name, text).summary()
+
+
+class FunctionWalker(ExpressionFacts):
+    """Reads one function's statements in order (see the module's docstring for what counts)."""
+
+    # -- statements
+
+    def block(self, body: list[ast.stmt]) -> None:
+        for statement in body:
+            kind = type(statement)
+            handler = _STATEMENTS.get(kind)
+            if handler is not None:
+                handler(self, statement)
+            if kind in _ENDS_BLOCK:
+                return
+
+    def _expression_statement(self, node: ast.Expr) -> None:
+        self.value(node.value)
+        value = node.value
+        if type(value) is ast.Call and self._qualify(dotted(value.func)) in SET_GRAD_ENABLED:
+            switch = self._grad_switch(value)
+            if switch is not NO_CHANGE:
+                self.grad = switch
+
+    def _assign_statement(self, node: ast.Assign) -> None:
+        ops = self.value(node.value)
+        for target in node.targets:
+            self.assign(target, ops, node.value, node, "assign")
+
+    def _annotated_assign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.assign(node.target, self.value(node.value), node.value, node, "assign")
+
+    def _augmented_assign(self, node: ast.AugAssign) -> None:
+        ops = self._computed(union(self.value(node.value), self._target_value(node.target)))
+        self.assign(node.target, ops, None, node, "augment")
+
+    def _target_value(self, target: ast.AST) -> tuple[Operand, ...]:
+        return self.env.get(target.id, UNKNOWN_VALUE) if type(target) is ast.Name else ()
+
+    def _return(self, node: ast.Return) -> None:
+        self.returns.append((node.value, self.value(node.value) if node.value is not None else ()))
+
+    def _if(self, node: ast.If) -> None:
+        self.value(node.test)
+        periodic = self.periodic
+        self.periodic = periodic or self._is_periodic(node.test)
+        self.block(node.body)
+        self.periodic = periodic
+        self.block(node.orelse)
+
+    def _is_periodic(self, test: ast.AST) -> bool:
+        """Holds every k-th call: a remainder test, or a flag passed in (``if log_now:``)."""
+        flag = test.operand if type(test) is ast.UnaryOp and type(test.op) is ast.Not else test
+        if type(flag) is ast.Name and flag.id in self.parameter_index and flag.id != self.self_name:
+            return True
+        return is_periodic_remainder(test)
+
+    def _for(self, node: ast.For) -> None:
+        ops = self.value(node.iter)
+        target, iterated = node.target, node.iter
+        if type(iterated) is ast.Call and dotted(iterated.func) == "enumerate" and type(target) is ast.Tuple \
+                and len(target.elts) == 2:
+            self.assign(target.elts[0], (), None, node, "assign")  # the count
+            target = target.elts[1]
+        self.assign(target, ops, None, node, "assign")
+        self.block(node.body)
+        self.block(node.orelse)
+
+    def _while(self, node: ast.While) -> None:
+        self.value(node.test)
+        self.block(node.body)
+        self.block(node.orelse)
+
+    def _with(self, node: ast.With) -> None:
+        grad = self.grad
+        for item in node.items:
+            self.value(item.context_expr)
+            switch = self._grad_switch(item.context_expr)
+            if switch is not NO_CHANGE:
+                self.grad = switch
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, UNKNOWN_VALUE, None, node, "assign")
+        self.block(node.body)
+        self.grad = grad
+
+    def _try(self, node: ast.Try) -> None:
+        self.block(node.body)
+        self.block(node.orelse)
+        self.block(node.finalbody)
+
+    def _match(self, node: ast.Match) -> None:
+        self.value(node.subject)
+        for case in node.cases:
+            self.block(case.body)
+
+    def _function_def(self, node: ast.FunctionDef) -> None:
+        self.names.define(node.name)
+        self.module.register(f"{self.qualname}.{node.name}", node, None)
+
+    def _class_def(self, node: ast.ClassDef) -> None:
+        self.names.define(node.name)
+        index_class(self.module, node, f"{self.qualname}.{node.name}", self.qualname)
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        self.names.bind_import(node)
+        self.qualified_cache.clear()
+
+    def _global(self, node: ast.Global | ast.Nonlocal) -> None:
+        self.declared_globals.update(node.names)
+
+    def _assert(self, node: ast.Assert) -> None:
+        self.value(node.test)
+
+    # -- the summary
+
+    def summary(self) -> FunctionSummary:
+        self.block(self.node.body)
+        body = self.node.body[1:] if _has_docstring(self.node) else self.node.body
+        if self.grad_mode is None and len(body) == 1 and type(body[0]) in (ast.With, ast.AsyncWith) and \
+                any(self._grad_switch(item.context_expr) is False for item in body[0].items):
+            self.grad_mode = "disabled"
+        return FunctionSummary(
+            path=self.path, qualname=self.qualname, line=self.node.lineno, kind=self.kind,
+            class_name=self.class_name, self_name=self.self_name, parameters=self.parameters,
+            positional=self.positional, star=self.star, double_star=self.double_star, defaults=self.defaults,
+            grad_mode=self.grad_mode, generator=self.generator, host_syncs=tuple(self.syncs),
+            clears_cache=tuple(self.clears), keeps=tuple(self.keeps), forwards_with_grad=tuple(self.forwards),
+            backward=tuple(self.backward), autograd=tuple(self.autograd), mode_calls=tuple(self.modes),
+            builds=tuple(sorted(self.builds)),
+            returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
+            scope=self.names.scope(self.annotated), self_attributes=self.self_attributes)
+
+    def _bound_once(self, node: ast.AST | None) -> ast.AST | None:
+        """A local name bound once stands for the value it was bound to."""
+        if type(node) is ast.Name and self.names.counts.get(node.id) == 1 and node.id in self.bound_values:
+            return self.bound_values[node.id]
+        return node
+
+    def _returned(self, value: ast.AST | None, ops: tuple[Operand, ...]) -> Returned:
+        node = self._bound_once(value)
+        layer, layer_call = self._layer(node)
+        forward = None
+        for op in union(ops, *(self.fallbacks.get(o.index, ()) for o in ops if o.kind == RESULT)):
+            if op.kind == TENSOR and op.index is not None and op.graph:
+                forward = self.model_calls[op.index]
+                break
+        call = self.call_index.get(id(node)) if type(node) is ast.Call else None
+        return Returned(public(ops), layer, self._factory(node), forward, call, layer_call)
+
+    def _layer(self, node: ast.AST | None) -> tuple[Layer | None, int | None]:
+        """A fresh Conv/Linear, or an ``nn.Sequential`` whose last element is one (or a call's
+        result, index returned, that the resolution may find is one)."""
+        if type(node) is not ast.Call:
+            return None, None
+        name = self._qualify(dotted(node.func))
+        kind = LAYERS.get(name)
+        if kind is not None:
+            return Layer(kind, self._effect(node), *self._bias(node, kind)), None
+        if name in SEQUENTIALS and node.args and not any(type(a) is ast.Starred for a in node.args):
+            last = self._bound_once(node.args[-1])
+            layer, _ = self._layer(last)
+            return layer, None if layer is not None or type(last) is not ast.Call else self.call_index.get(id(last))
+        return None, None
+
+    def _bias(self, node: ast.Call, kind: str) -> tuple[str, Operand | None]:
+        expr = next((k.value for k in node.keywords if k.arg == "bias"), None)
+        if expr is None and len(node.args) > BIAS_POSITION[kind]:
+            expr = node.args[BIAS_POSITION[kind]]
+        if expr is None:
+            unknown = any(k.arg is None for k in node.keywords) or any(type(a) is ast.Starred for a in node.args)
+            return ("unknown" if unknown else "default"), None
+        if type(expr) is ast.Constant and type(expr.value) is bool:
+            return str(expr.value), None
+        if type(expr) is ast.Name and expr.id in self.parameter_index:
+            return "parameter", operand(PARAMETER, self.parameter_index[expr.id], expr.id)
+        return "unknown", None
+
+    def _factory(self, node: ast.AST | None) -> Factory | None:
+        if type(node) is not ast.Call:
+            return None
+        name = TENSOR_FACTORIES.get(self._qualify(dotted(node.func)) or "")
+        if name is None or name.endswith("_like") or any(k.arg in (None, "device", "out") for k in node.keywords):
+            return None
+        return Factory(name, self._effect(node), name in RANDOM_FACTORIES)
+
+
+def _has_docstring(node: ast.AST) -> bool:
+    body = node.body
+    return bool(body) and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant \
+        and isinstance(body[0].value.value, str)
+
+
+W = FunctionWalker
+_STATEMENTS = {
+    ast.Expr: W._expression_statement, ast.Assign: W._assign_statement, ast.AnnAssign: W._annotated_assign,
+    ast.AugAssign: W._augmented_assign, ast.Return: W._return, ast.If: W._if, ast.For: W._for,
+    ast.AsyncFor: W._for, ast.While: W._while, ast.With: W._with, ast.AsyncWith: W._with, ast.Try: W._try,
+    ast.TryStar: W._try, ast.Match: W._match, ast.FunctionDef: W._function_def,
+    ast.AsyncFunctionDef: W._function_def, ast.ClassDef: W._class_def, ast.Import: W._import,
+    ast.ImportFrom: W._import, ast.Global: W._global, ast.Nonlocal: W._global, ast.Assert: W._assert,
+}
+_ENDS_BLOCK = (ast.Return, ast.Raise, ast.Break, ast.Continue)
+del W

@@ -1,0 +1,207 @@
+"""The project's own modules: which file an import names, each file's summary loaded once, and
+which files a file's answers depend on.
+
+An import resolves as Ruff resolves first-party modules: a relative import against the file's
+package; an absolute one against, in order, the file's own folder (a script's folder is on
+``sys.path``), its package root (the folder above the topmost folder with an ``__init__.py``),
+the project root and the configured ``src`` roots; the first ``a/b.py`` or ``a/b/__init__.py``
+found wins. Only files under the project root count: anything else (torch, numpy, a module not
+found) is unknown.
+
+Each file is read, hashed, parsed and indexed once per process (kept by path and content hash);
+``refresh()`` drops the files changed on disk since (the language server calls it when files
+change). With ``cache_dir``, complete local summaries are kept on disk as JSON, keyed by path and
+content hash, so that a later run does not parse unchanged helpers; an unreadable, corrupt or
+stale entry is a miss.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+from torchlint.analysis.callgraph import Summaries
+from torchlint.analysis.function_facts import summarize_module
+from torchlint.analysis.summaries import SUMMARY_VERSION, ModuleSummary
+from torchlint.fileio import SourceDecodeError, decode_source
+
+
+class ProjectModules:
+    """The modules of one project (``root``), for ``callgraph.Summaries``."""
+
+    def __init__(self, root: Path, src: Sequence[Path] = (), cache_dir: Path | None = None):
+        self.root = os.path.realpath(root)
+        self.src = [os.path.realpath(os.path.join(self.root, folder)) for folder in src]
+        self.cache_dir = Path(cache_dir) / f"summaries-{SUMMARY_VERSION}" if cache_dir is not None else None
+        self._loaded: dict[str, tuple[str, ModuleSummary | None, tuple[int, int] | None]] = {}
+        self._by_content: dict[tuple[str, str], ModuleSummary | None] = {}
+        self._found: dict[tuple[str, str], str | None] = {}
+        self._package_roots: dict[str, str] = {}
+
+    @cached_property
+    def summaries(self) -> Summaries:
+        return Summaries(self)
+
+    # -- files
+
+    def summary(self, path: str) -> ModuleSummary | None:
+        """A file's summary, loaded on first request; None for a file that is not the
+        project's, cannot be read or does not parse."""
+        loaded = self._loaded.get(path)
+        if loaded is None:
+            loaded = self._loaded[path] = self._load(path)
+        return loaded[1]
+
+    def use_source(self, path: str, source: str, tree: ast.Module | None = None) -> ModuleSummary | None:
+        """Summarize a file from the text given (the file being linted, an editor's unsaved
+        buffer) instead of the disk; forgets what depended on its former text."""
+        path = os.path.abspath(path)
+        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+        loaded = self._loaded.get(path)
+        if loaded is not None and loaded[0] == digest:
+            return loaded[1]
+        summary = self._summarize(path, digest, source, tree, store=False)
+        if loaded is not None:
+            self.summaries.clear()
+        self._loaded[path] = (digest, summary, None)
+        return summary
+
+    def refresh(self) -> list[str]:
+        """Drop the files that changed on disk since they were read (and every transitive
+        summary); returns their paths."""
+        changed = [path for path, (_, _, stamp) in self._loaded.items() if stamp is not None and _stamp(path) != stamp]
+        for path in changed:
+            del self._loaded[path]
+        if changed:
+            self.summaries.clear()
+        return changed
+
+    def dependencies(self, path: str | Path) -> list[tuple[Path, str]]:
+        """The project files (other than ``path``) whose content the answers given so far about
+        ``path`` depend on, transitively, with the sha256 of the content they were read with:
+        a findings cache entry stays valid while each still hashes the same."""
+        path = os.path.abspath(path)
+        found = []
+        for other in sorted(self.summaries.consulted(path) - {path}):
+            loaded = self._loaded.get(other)
+            if loaded is not None and loaded[0]:
+                found.append((Path(other), loaded[0]))
+        return found
+
+    def _load(self, path: str) -> tuple[str, ModuleSummary | None, tuple[int, int] | None]:
+        stamp = _stamp(path)
+        if stamp is None or not _inside(os.path.realpath(path), self.root):
+            return "", None, None
+        try:
+            raw = Path(path).read_bytes()
+            digest = hashlib.sha256(raw).hexdigest()
+            source = decode_source(raw)[0]
+        except (OSError, SourceDecodeError):
+            return "", None, None
+        return digest, self._summarize(path, digest, source, None), stamp
+
+    def _summarize(self, path: str, digest: str, source: str, tree: ast.Module | None,
+                   store: bool = True) -> ModuleSummary | None:
+        """The summary of a file's text: from memory, the disk cache, or the tree. Storing it on
+        disk summarizes every function (a hit then needs no parse); the file being linted
+        (``store`` False) keeps its functions summarized only when asked."""
+        key = (path, digest)
+        if key in self._by_content:
+            return self._by_content[key]
+        summary = self._cached(path, digest)
+        if summary is None:
+            try:
+                tree = tree if tree is not None else ast.parse(source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._by_content[key] = None
+                return None
+            summary = summarize_module(tree, source, path)
+            if store:
+                self._store(path, digest, summary)
+        self._by_content[key] = summary
+        return summary
+
+    # -- the disk cache
+
+    def _entry(self, path: str, digest: str) -> Path:
+        key = hashlib.sha256(f"{path}\0{digest}".encode("utf-8", "surrogatepass")).hexdigest()
+        return self.cache_dir / key[:2] / f"{key[2:]}.json"
+
+    def _cached(self, path: str, digest: str) -> ModuleSummary | None:
+        if self.cache_dir is None:
+            return None
+        try:
+            data = json.loads(self._entry(path, digest).read_text(encoding="utf-8"))
+            if data["version"] != SUMMARY_VERSION or data["path"] != path or data["sha256"] != digest:
+                return None
+            return ModuleSummary.from_json(data["summary"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _store(self, path: str, digest: str, summary: ModuleSummary) -> None:
+        if self.cache_dir is None:
+            return
+        entry = self._entry(path, digest)
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            temporary = entry.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"version": SUMMARY_VERSION, "path": path, "sha256": digest,
+                                             "summary": summary.to_json()}), encoding="utf-8")
+            os.replace(temporary, entry)
+        except OSError:
+            pass  # a cache that cannot be written is only slower
+
+    # -- imports
+
+    def resolve_import(self, path: str, module: str, level: int = 0) -> str | None:
+        """The project file that ``import module`` (``level`` dots for a relative import) in
+        file ``path`` names, or None."""
+        folder = os.path.dirname(path)
+        if level:
+            for _ in range(level - 1):
+                folder = os.path.dirname(folder)
+            bases = [folder]
+        else:
+            bases = list(dict.fromkeys([folder, self._package_root(folder), self.root, *self.src]))
+        for base in bases:
+            found = self._find(base, module)
+            if found is not None:
+                return found
+        return None
+
+    def _find(self, base: str, module: str) -> str | None:
+        key = (base, module)
+        if key not in self._found:
+            stem = os.path.join(base, *module.split(".")) if module else base
+            candidates = [os.path.join(stem, "__init__.py")] if not module else [stem + ".py",
+                                                                                  os.path.join(stem, "__init__.py")]
+            self._found[key] = next((c for c in candidates if os.path.isfile(c)
+                                     and _inside(os.path.realpath(c), self.root)), None)
+        return self._found[key]
+
+    def _package_root(self, folder: str) -> str:
+        """The folder above the topmost package that holds ``folder`` (itself when it is no package)."""
+        found = self._package_roots.get(folder)
+        if found is None:
+            found = folder
+            while os.path.isfile(os.path.join(found, "__init__.py")) and os.path.dirname(found) != found:
+                found = os.path.dirname(found)
+            self._package_roots[folder] = found
+        return found
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
