@@ -21,7 +21,7 @@ from torchlint.analysis.value_facts import (
     BIAS_POSITION, LAYERS, NO_CHANGE, SEQUENTIALS, SET_GRAD_ENABLED, UNKNOWN_VALUE, ExpressionFacts,
     is_periodic_remainder,
 )
-from torchlint.matching import RANDOM_FACTORIES, TENSOR_FACTORIES
+from torchlint.analysis.devices import RANDOM_FACTORIES, TENSOR_FACTORIES
 
 
 def summarize_module(tree: ast.Module, source: str, path: str) -> ModuleSummary:

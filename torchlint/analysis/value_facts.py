@@ -18,7 +18,8 @@ from torchlint.analysis.summaries import (
     DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, Keep, ModeCall,
     ModuleSummary, Operand, Sync, detached, operand, public, union,
 )
-from torchlint.matching import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_NAME, NO_GRAD_CONTEXTS, TENSOR_FACTORIES
+from torchlint.analysis.devices import TENSOR_FACTORIES
+from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_NAME, NO_GRAD_CONTEXTS
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
