@@ -14,17 +14,32 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.calls import Calls
 from torchlint.analysis.compat import Compatibility
 from torchlint.analysis.devices import Devices
 from torchlint.analysis.frameworks import Lightning
 from torchlint.analysis.loops import Loops
 from torchlint.analysis.modules import Modules
+from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.programs import Programs
 from torchlint.analysis.syntax import dotted_name
 from torchlint.analysis.versions import at_least
 
 if TYPE_CHECKING:
     from torchlint.rule import Report
+
+
+_PROJECTS: dict[tuple, ProjectModules] = {}
+
+
+def project_modules(settings: Any) -> ProjectModules:
+    """The project's modules as the settings place them (its root and ``src`` folders), one per
+    process: helpers imported by many files are read and summarized once."""
+    root = getattr(settings, "root", None) or "."
+    key = (str(root), tuple(str(p) for p in getattr(settings, "src", ())))
+    if key not in _PROJECTS:
+        _PROJECTS[key] = ProjectModules(root, getattr(settings, "src", ()))
+    return _PROJECTS[key]
 
 
 @dataclass
@@ -65,6 +80,12 @@ class RuleContext:
     @cached_property
     def lightning(self) -> Lightning:
         return Lightning(self.bindings, self.ancestors)
+
+    @cached_property
+    def calls(self) -> Calls:
+        """What a call does, from the summaries of the functions it calls (in this file or the
+        project's own modules)."""
+        return Calls(self.path, self.source, project_modules(self.settings), self.ancestors)
 
     # versions ---------------------------------------------------------------------------------------
     @property

@@ -276,6 +276,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         ctx = RuleContext(path=path, source=source, module=module, settings=settings)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
+        if "calls" in vars(ctx):
+            ctx.calls.release()
         for rule, error in dispatcher.crashed:
             _record_crash(crashes, path, type(rule), error)
         if not ctx.reports:

@@ -71,6 +71,16 @@ class ProjectModules:
         self._loaded[path] = (digest, summary, None)
         return summary
 
+    def release(self, path: str) -> None:
+        """Forget a text given with ``use_source`` (the file is linted; its tree need not stay in
+        memory): a later question about it reads the file from disk."""
+        path = os.path.abspath(path)
+        loaded = self._loaded.get(path)
+        if loaded is not None and loaded[2] is None:
+            del self._loaded[path]
+            self._by_content.pop((path, loaded[0]), None)
+            self.summaries.clear()
+
     def refresh(self) -> list[str]:
         """Drop the files that changed on disk since they were read (and every transitive
         summary); returns their paths."""
