@@ -39,8 +39,11 @@ re-indenting the loop with its comments. It is safe when the loop follows `model
 values are the same, only no graph is kept. It is unsafe when the loop is known only by its
 function's name: the outputs might be backpropagated by a caller. No fix when the loop yields or
 awaits (grad mode would leak into the consumer; decorate the function with `@torch.no_grad()`
-instead). The rule stays silent when gradients are wanted in the function (`backward`,
-`torch.autograd.grad`, `enable_grad`, `requires_grad`, `torch.func` transforms), in Lightning's
+instead). A loop that backpropagates is a training loop, never wrapped, also when the backward pass
+runs in a function it calls (`train_one_epoch(...)` in an epoch loop), in this file or in the
+project's own modules. The rule stays silent when gradients are wanted in the function (`backward`,
+`torch.autograd.grad`, `enable_grad`, `requires_grad`, `torch.func` transforms, there or in a
+function the loop calls, such as a saliency helper), in Lightning's
 `validation_step`/`test_step`/`predict_step` hooks (the Trainer disables grad around them), for a
 function whose every call in the file is already under `no_grad`, for a method known only by its
 name (no `.eval()` before the loop: frameworks such as Hugging Face pipelines call those under
@@ -156,8 +159,8 @@ class EvalWithoutNoGrad(Rule):
         left out)."""
         index = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
         block = self.ctx.ancestors[index - 1]
-        beside = [s for s in block.body if s is loop or self.ctx.loops.backpropagated_names(s) is None]
-        return any(WANTS_GRAD.search(self.ctx.code_for(s)) for s in beside)
+        beside = [s for s in block.body if s is loop or not self.ctx.loops.runs_backward(s)]
+        return any(WANTS_GRAD.search(self.ctx.code_for(s)) or self.ctx.loops.uses_autograd(s) for s in beside)
 
     def _model(self, node: cst.Call) -> str | None:
         """The model a call runs: ``model(x)``, ``self.net(x)``, ``model.forward(x)``, or any

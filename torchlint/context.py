@@ -58,7 +58,7 @@ class RuleContext:
 
     @cached_property
     def loops(self) -> Loops:
-        return Loops(self.module, self.bindings, self.ancestors)
+        return Loops(self.module, self.bindings, self.ancestors, lambda: self.calls)
 
     @cached_property
     def devices(self) -> Devices:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -20,6 +21,9 @@ from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
 from torchlint.analysis.syntax import dotted_name, is_literal, method_call, root_names
 from torchlint.analysis.walk import visit
+
+if TYPE_CHECKING:
+    from torchlint.analysis.calls import Calls
 
 LOOPS = (cst.For, cst.While)
 AST_LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -207,6 +211,24 @@ def calls_model(node: cst.CSTNode) -> bool:
     return finder.found
 
 
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """The calls a subtree makes when it runs (functions defined in it left out)."""
+    found: list[cst.Call] = []
+
+    class CallsIn(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+        def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Lambda(self, function: cst.Lambda) -> bool:
+            return False
+
+    visit(node, CallsIn())
+    return found
+
+
 def iterated_value(loop: cst.For, bindings: Bindings) -> cst.BaseExpression:
     """What a for loop iterates, inside ``enumerate``/``tqdm``/``iter`` wrappers:
     ``for i, (x, y) in enumerate(tqdm(train_loader))`` -> ``train_loader``."""
@@ -227,12 +249,39 @@ def iterated_name(loop: cst.For, bindings: Bindings) -> str | None:
 class Loops:
     """The file's training and evaluation loops, and the loops around the current place of the walk."""
 
-    def __init__(self, module: cst.Module, bindings: Bindings, ancestors: list[cst.CSTNode]):
+    def __init__(self, module: cst.Module, bindings: Bindings, ancestors: list[cst.CSTNode],
+                 calls: Callable[[], Calls] | None = None):
         self.module = module
         self.bindings = bindings
         self.ancestors = ancestors  # the walk's live stack: the module ... the current node
+        self._calls = calls  # what a call does (summaries), built when first asked
         self._backpropagated: dict[int, frozenset[str] | None] = {}
         self._nested: dict[int, list[cst.CSTNode]] = {}
+        self._autograd: dict[tuple[int, bool], bool] = {}
+
+    def runs_backward(self, node: cst.CSTNode) -> bool:
+        """Does a subtree backpropagate, itself or through a function it calls (``train_step()``
+        that runs ``loss.backward()``)? Calls are resolved from the current place's scope."""
+        return self.backpropagated_names(node) is not None or self._callees_use_autograd(node, backward_only=True)
+
+    def uses_autograd(self, node: cst.CSTNode) -> bool:
+        """Does a function the subtree calls use autograd (a backward pass, ``torch.autograd.grad``,
+        ``requires_grad_()``, ``enable_grad``)?"""
+        return self._callees_use_autograd(node, backward_only=False)
+
+    def _callees_use_autograd(self, node: cst.CSTNode, backward_only: bool) -> bool:
+        key = (id(node), backward_only)
+        if key not in self._autograd:
+            found = False
+            if self._calls is not None:
+                calls = self._calls()
+                for call in _calls_in(node):
+                    summary = calls.summary(call)
+                    if summary is not None and (summary.backward or not backward_only and summary.autograd):
+                        found = True
+                        break
+            self._autograd[key] = found
+        return self._autograd[key]
 
     def backpropagated_names(self, loop: cst.CSTNode) -> frozenset[str] | None:
         """Names a loop (or any subtree) backpropagates (``loss`` in ``loss.backward()``); None if
@@ -340,7 +389,7 @@ class Loops:
     def _evaluation(self) -> tuple[cst.CSTNode, bool] | None:
         candidates = []
         for loop in self.enclosing_loops():
-            if self.backpropagated_names(loop) is not None:
+            if self.runs_backward(loop):
                 break
             candidates.append(loop)
         if not candidates:
@@ -353,7 +402,7 @@ class Loops:
             if isinstance(node, SCOPES):
                 break
             if isinstance(node, LOOPS):
-                if self.backpropagated_names(node) is not None:
+                if self.runs_backward(node):
                     break
                 loop_here = node
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
@@ -364,7 +413,7 @@ class Loops:
         function = self._enclosing_function()
         if function is not None and EVAL_FUNCTION.search(function.name.value) \
                 and len(candidates) == len(self.enclosing_loops()) \
-                and self.backpropagated_names(function.body) is None:
+                and not self.runs_backward(function.body):
             return candidates[-1], False
         return None
 
