@@ -41,7 +41,10 @@ instead of every epoch. The workers also hold their memory between epochs, next 
 validation loader. The rule only reports a loader that is visibly iterated more than once: returned by a
 LightningModule's or DataModule's `train_dataloader`/`val_dataloader`, or assigned to a name
 that an epoch loop iterates (a loop inside another loop, two loops, or a call inside a loop that
-is passed the loader). It stays silent when the file assigns an attribute of the dataset or
+is passed the loader; for a loader assigned to a local name, only in that function: a loader made
+per call for one pass is gone before the next call). It stays silent for a loader that is one long
+pass (its sampler sets `num_samples`, or is an infinite sampler), for a target torch older than
+1.7 (which has no `persistent_workers`), when the file assigns an attribute of the dataset or
 calls a method on it inside a loop, when the loader is created inside a loop (a new loader each
 epoch gains nothing), when the file reloads its loaders every epoch
 (`reload_dataloaders_every_n_epochs`), and when `persistent_workers=` is already written or may
@@ -65,7 +68,7 @@ import libcst as cst
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
                                     is_dataloader_call)
 from torchlint.analysis.loops import LOOPS
-from torchlint.analysis.syntax import ast_find_keyword, dotted_name, find_keyword, has_star_args, literal_value
+from torchlint.analysis.syntax import ast_find_keyword, contains, dotted_name, find_keyword, has_star_args, literal_value
 from torchlint.analysis.walk import visit
 from torchlint.fixes import parse_expression, set_keyword
 from torchlint.rule import Rule, SyntaxIndex
@@ -81,6 +84,7 @@ class PersistentWorkers(Rule):
     summary = "`DataLoader` with workers that are restarted every epoch (no `persistent_workers=True`)"
     fix_applicability = "unsafe"
     triggers = ("DataLoader",)
+    torch_versions = ">=1.7"  # persistent_workers came in torch 1.7
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
@@ -98,7 +102,8 @@ class PersistentWorkers(Rule):
         if known and not (type(count) is int and count > 0):
             return
         dataset = dataloader_argument(node, "dataset")
-        if dataset is not None and self._changed_in_a_loop(dataset.value) or not self._iterated_repeatedly():
+        if dataset is not None and self._changed_in_a_loop(dataset.value) or self._one_long_pass(node) \
+                or not self._iterated_repeatedly():
             return
         if known:
             value, shown = cst.Name("True"), "True"
@@ -112,6 +117,16 @@ class PersistentWorkers(Rule):
         condition = "" if value is not None else " when `num_workers` > 0"
         self.report(node, "`DataLoader` starts new worker processes every time it is iterated (every epoch); pass "
                           f"`persistent_workers={shown}`{condition} to keep them", fix)
+
+    def _one_long_pass(self, node: cst.Call) -> bool:
+        """A sampler that sets the number of samples itself (``RandomSampler(ds, num_samples=n)``,
+        an infinite sampler): the loader is one long pass, started once."""
+        sampler = dataloader_argument(node, "sampler")
+        value = sampler.value if sampler is not None else None
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            value = self.ctx.bindings.value_of(dotted_name(value))
+        return isinstance(value, cst.Call) and (find_keyword(value, "num_samples") is not None
+                                                or "infinite" in (dotted_name(value.func) or "").lower())
 
     def _iterated_repeatedly(self) -> bool:
         """Is the loader iterated more than once, so that restarting its workers costs anything?
@@ -127,24 +142,34 @@ class PersistentWorkers(Rule):
             return False
         loops = self.ctx.loops.loops_over(name)
         nested, passed = self._loop_uses()
+        if "." not in name and function is not None:
+            # a local name is seen only in its function: a loader made per call for one pass is
+            # gone before the next call, however often the function runs
+            loops = [loop for loop in loops if contains(function, loop)]
+            passed = passed.get(id(function), set())
+        else:
+            passed = set().union(*passed.values()) if passed else set()
         return len(loops) > 1 or any(id(loop) in nested for loop in loops) or name in passed
 
-    def _loop_uses(self) -> tuple[set[int], set[str]]:
-        """(ids of the for loops nested in another loop of their function, dotted names passed as
-        arguments to calls inside loops)."""
+    def _loop_uses(self) -> tuple[set[int], dict[int, set[str]]]:
+        """(ids of the for loops nested in another loop of their function, the dotted names passed
+        as arguments to calls inside loops, by the id of the function they are in (0: the module))."""
         if not hasattr(self, "_uses"):
             nested: set[int] = set()
-            passed: set[str] = set()
+            passed: dict[int, set[str]] = {}
 
             class Uses(cst.CSTVisitor):
                 def __init__(self) -> None:
                     self.depth = [0]
+                    self.functions = [0]
 
                 def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
                     self.depth.append(0)
+                    self.functions.append(id(node))
 
                 def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
                     self.depth.pop()
+                    self.functions.pop()
 
                 def visit_For(self, node: cst.For) -> None:
                     if self.depth[-1]:
@@ -162,7 +187,8 @@ class PersistentWorkers(Rule):
 
                 def visit_Call(self, node: cst.Call) -> None:
                     if self.depth[-1]:
-                        passed.update(dotted_name(a.value) for a in node.args if dotted_name(a.value))
+                        passed.setdefault(self.functions[-1], set()).update(
+                            dotted_name(a.value) for a in node.args if dotted_name(a.value))
 
             visit(self.ctx.module, Uses())
             self._uses = (nested, passed)
