@@ -303,11 +303,12 @@ def _watch(paths, settings, resolve, check_once) -> int:
 
 @main.command("lsp")
 def language_server() -> None:
-    """Run the language server on stdin/stdout (for editors; needs `torchlint[lsp]`)."""
+    """Run the language server on stdin/stdout (for editors; needs the `lsp` extra: pygls)."""
     try:
         from torchlint.lsp import serve
     except ImportError as error:
-        _error(f"the language server needs pygls ({error}); install it with: pip install 'torchlint[lsp]'")
+        _error(f"the language server needs pygls ({error}); install it into this environment: "
+               "pip install 'pygls>=2.0,<3' (what torchlint's `lsp` extra holds; in a clone: pip install '.[lsp]')")
         sys.exit(EXIT_ERROR)
     serve()
 
