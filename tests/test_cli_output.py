@@ -270,6 +270,14 @@ def test_full_format_shows_the_line_with_a_caret_under_the_span(project):
         "[*] 1 fixable with the `--fix` option.\n")
 
 
+def test_full_format_lines_the_arrow_up_with_the_gutter_when_blank_lines_are_left_out(project):
+    (project / "t.py").write_text("import torch\n" + "\n" * 7 + "y = torch.zeros(3).cuda()\n\n\n")
+    out = run_torchlint("--no-cache", "--format", "full", "t.py", cwd=project).stdout.decode().splitlines()
+    assert out[1:7] == [" --> t.py:9:5", "  |", "7 |", "8 |", "9 | y = torch.zeros(3).cuda()",
+                        "  |     ^^^^^^^^^^^^^^"]
+    assert out[7] == "  |"
+
+
 def test_full_format_counts_wide_characters_twice_for_the_caret(project):
     (project / "t.py").write_text("import torch\n训练 = 1; x = torch.zeros(3).cuda()\n")
     out = run_torchlint("--no-cache", "--format", "full", "t.py", cwd=project).stdout.decode().splitlines()
@@ -342,6 +350,19 @@ def test_watch_checks_again_after_an_edit_and_ctrl_c_ends_it(project):
     assert process.returncode == 0
     assert "Traceback" not in stderr
     assert "Watching for file changes (Ctrl-C to stop)." in stderr and "File change detected: train.py." in stderr
+
+
+def test_watch_sees_files_added_to_a_watched_folder_and_the_configuration(project):
+    from torchlint.config import resolve_settings
+    from torchlint.watch import changed_paths, snapshot
+
+    (project / "src").mkdir()
+    (project / "src" / "a.py").write_text("x = 1\n")
+    settings = resolve_settings(project / "src")
+    before = snapshot([project / "src"], settings)
+    assert settings.config_path in before
+    (project / "src" / "b.py").write_text("y = 2\n")
+    assert [p.name for p in changed_paths(before, snapshot([project / "src"], settings))] == ["b.py"]
 
 
 def test_watch_reads_files_not_stdin(project):

@@ -18,7 +18,6 @@ from torchlint import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 FORMATS = ("text", "concise", "full", "json", "jsonl", "sarif", "github")
-OFF_BY_DEFAULT = "(off by default)"
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # what Ruff's watch mode does before each report on a terminal
 
 
@@ -331,7 +330,7 @@ def list_rules(output_format, show_all) -> None:
     width = max(len(r.name) for r in rules)
     for r in rules:
         fix = {"safe": "fix", "unsafe": "fix (unsafe)", "none": ""}[r.fix_applicability]
-        default = "" if r.default_enabled else f" {OFF_BY_DEFAULT}"
+        default = "" if r.default_enabled else " (off by default)"
         click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}{default}")
 
 

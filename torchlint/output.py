@@ -277,23 +277,31 @@ def _width(text: str) -> int:
 SNIPPET_CONTEXT = 2  # lines shown before and after the finding's line, as Ruff shows
 
 
-def _snippet(diag: Diagnostic, text: SourceText, palette: Palette) -> list[str]:
-    """The finding's line with two lines around it and carets under the span (on its first line
-    when it runs over several), in Ruff's gutter layout."""
+def _shown_lines(diag: Diagnostic, text: SourceText) -> range:
+    """The finding's line and two lines around it, less blank lines at the end; empty when the
+    text has no such line (a file that could not be decoded)."""
     lines = len(text.line_starts)
     if not text.text or diag.line >= lines:
-        return []
+        return range(0)
     first, last = max(diag.line - SNIPPET_CONTEXT, 0), min(diag.line + SNIPPET_CONTEXT, lines - 1)
     while last > diag.line and not text.line_text(last).strip():
-        last -= 1  # a blank line at the end shows nothing
-    number_width = len(str(last + 1))
+        last -= 1
+    return range(first, last + 1)
+
+
+def _snippet(diag: Diagnostic, text: SourceText, shown: range, palette: Palette) -> list[str]:
+    """The shown lines in Ruff's gutter layout, with carets under the span (on its first line
+    when it runs over several)."""
+    if not shown:
+        return []
+    number_width = len(str(shown[-1] + 1))
     bar = palette.gutter(" " * number_width + " |")
     out = [bar]
-    for line in range(first, last + 1):
-        shown = _display(text.line_text(line)).rstrip()
-        out.append(palette.gutter(f"{line + 1:>{number_width}} |") + (" " + shown if shown else ""))
+    for line in shown:
+        source = text.line_text(line)
+        shown_text = _display(source).rstrip()
+        out.append(palette.gutter(f"{line + 1:>{number_width}} |") + (" " + shown_text if shown_text else ""))
         if line == diag.line:
-            source = text.line_text(line)
             end = diag.end_col if diag.end_line == diag.line else len(source)
             carets = "^" * max(_width(source[diag.col:end]), 1)
             out.append(f"{bar} {' ' * _width(source[:diag.col])}{palette.rule_code(carets)}")
@@ -304,10 +312,11 @@ def _snippet(diag: Diagnostic, text: SourceText, palette: Palette) -> list[str]:
 def _full_entry(diag: Diagnostic, text: SourceText, unsafe_fixes: bool, palette: Palette) -> str:
     """One finding as Ruff's ``full`` format shows it: code and message, then where, the source
     with a caret, and the fix's title as help."""
-    number_width = len(str(min(diag.line + SNIPPET_CONTEXT, len(text.line_starts) - 1) + 1))
+    shown = _shown_lines(diag, text)
+    number_width = len(str(shown[-1] + 1)) if shown else 1
     entry = [f"{palette.rule_code(diag.code)} {_marker(diag, unsafe_fixes, palette)}{diag.message}",
              f"{palette.gutter(' ' * number_width + '-->')} {_location(diag, palette)}"]
-    entry += _snippet(diag, text, palette)
+    entry += _snippet(diag, text, shown, palette)
     if diag.fix is not None:
         unsafe = "" if diag.fix.applicability == "safe" else " (unsafe)"
         entry.append(f"{palette.path('help')}: {diag.fix.title}{unsafe}")
