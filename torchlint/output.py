@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
@@ -218,48 +219,218 @@ def format_github(results) -> str:
 REPORTS = {"json": format_json, "jsonl": format_jsonl, "sarif": format_sarif, "github": format_github}
 
 
-def _marker(diag: Diagnostic, unsafe_fixes: bool) -> str:
-    return "[*] " if diag.fix is not None and diag.fix.applies(unsafe_fixes) else ""
+# --- the text report (Ruff's layout) ----------------------------------------------------------
+
+class Palette:
+    """ANSI styles for a terminal, after Ruff's: each method returns the text as it is when colour
+    is off (a pipe, a file, ``NO_COLOR``), so the plain report is the coloured one minus escapes."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def _style(self, text: str, sgr: str) -> str:
+        return f"\x1b[{sgr}m{text}\x1b[0m" if self.enabled and text else text
+
+    def path(self, text: str) -> str:
+        return self._style(text, "1")
+
+    def rule_code(self, text: str) -> str:
+        return self._style(text, "1;31")
+
+    def punctuation(self, text: str) -> str:
+        """The ``:`` between path, line and column, ``[*]``, the ``-`` of the fix listing."""
+        return self._style(text, "36")
+
+    def gutter(self, text: str) -> str:
+        return self._style(text, "1;34")
+
+    def heading(self, text: str) -> str:
+        return self._style(text, "1;32")
 
 
-def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, show_source: bool = True, errors: int = 0) -> str:
-    """The findings, one a line, and Ruff's summary. ``errors``: paths that could not be read,
-    checked or written (reported on stderr): with any, the summary never says that all passed."""
-    lines = []
+PLAIN = Palette(False)
+
+
+def _marker(diag: Diagnostic, unsafe_fixes: bool, palette: Palette = PLAIN) -> str:
+    return palette.punctuation("[*]") + " " if diag.fix is not None and diag.fix.applies(unsafe_fixes) else ""
+
+
+def _location(diag: Diagnostic, palette: Palette) -> str:
+    """``path:line:column`` (``path:cell N:line:column`` in a notebook), 1-based as editors count."""
+    colon = palette.punctuation(":")
+    parts = [palette.path(diag.path)] + ([f"cell {diag.cell + 1}"] if diag.cell is not None else [])
+    return colon.join(parts + [str(diag.line + 1), str(diag.col + 1)])
+
+
+def _display(text: str) -> str:
+    """A source line as the terminal should show it: a tab as four spaces, other control
+    characters (a form feed) as one, so that the caret line below lines up."""
+    return "".join("    " if ch == "\t" else " " if unicodedata.category(ch) == "Cc" else ch for ch in text)
+
+
+def _width(text: str) -> int:
+    """Terminal cells: East Asian wide characters take two, combining marks none."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in _display(text))
+
+
+SNIPPET_CONTEXT = 2  # lines shown before and after the finding's line, as Ruff shows
+
+
+def _shown_lines(diag: Diagnostic, text: SourceText) -> range:
+    """The finding's line and two lines around it, less blank lines at the end; empty when the
+    text has no such line (a file that could not be decoded)."""
+    lines = len(text.line_starts)
+    if not text.text or diag.line >= lines:
+        return range(0)
+    first, last = max(diag.line - SNIPPET_CONTEXT, 0), min(diag.line + SNIPPET_CONTEXT, lines - 1)
+    while last > diag.line and not text.line_text(last).strip():
+        last -= 1
+    return range(first, last + 1)
+
+
+def _snippet(diag: Diagnostic, text: SourceText, shown: range, palette: Palette) -> list[str]:
+    """The shown lines in Ruff's gutter layout, with carets under the span (on its first line
+    when it runs over several)."""
+    if not shown:
+        return []
+    number_width = len(str(shown[-1] + 1))
+    bar = palette.gutter(" " * number_width + " |")
+    out = [bar]
+    for line in shown:
+        source = text.line_text(line)
+        shown_text = _display(source).rstrip()
+        out.append(palette.gutter(f"{line + 1:>{number_width}} |") + (" " + shown_text if shown_text else ""))
+        if line == diag.line:
+            end = diag.end_col if diag.end_line == diag.line else len(source)
+            carets = "^" * max(_width(source[diag.col:end]), 1)
+            out.append(f"{bar} {' ' * _width(source[:diag.col])}{palette.rule_code(carets)}")
+    out.append(bar)
+    return out
+
+
+def _full_entry(diag: Diagnostic, text: SourceText, unsafe_fixes: bool, palette: Palette) -> str:
+    """One finding as Ruff's ``full`` format shows it: code and message, then where, the source
+    with a caret, and the fix's title as help."""
+    shown = _shown_lines(diag, text)
+    number_width = len(str(shown[-1] + 1)) if shown else 1
+    entry = [f"{palette.rule_code(diag.code)} {_marker(diag, unsafe_fixes, palette)}{diag.message}",
+             f"{palette.gutter(' ' * number_width + '-->')} {_location(diag, palette)}"]
+    entry += _snippet(diag, text, shown, palette)
+    if diag.fix is not None:
+        unsafe = "" if diag.fix.applicability == "safe" else " (unsafe)"
+        entry.append(f"{palette.path('help')}: {diag.fix.title}{unsafe}")
+    return "".join(line + "\n" for line in entry)
+
+
+def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, errors: int = 0, show_source: bool = False,
+                summary: bool = True, show_fixes: bool = False, color: bool = False) -> str:
+    """The findings and Ruff's summary: one line a finding, or with ``show_source`` (the ``full``
+    format) each with its source line and a caret under the span. ``errors``: paths that could
+    not be read, checked or written (reported on stderr): with any, the summary never says that
+    all passed. ``show_fixes`` lists what ``--fix`` fixed per file before the summary; ``summary``
+    False (``-q``) leaves the summary out. A blank line separates the parts, and full's entries."""
+    palette = Palette(color)
     diagnostics = [(r, d) for r in sorted(results, key=lambda r: r.path) for d in r.diagnostics]
-    for result, diag in diagnostics:
-        where = f"{diag.path}:{diag.line + 1}:{diag.col + 1}:"
-        if diag.cell is not None:
-            where = f"{diag.path}:cell {diag.cell + 1}:{diag.line + 1}:{diag.col + 1}:"
-        lines.append(f"{where} {diag.code} {_marker(diag, unsafe_fixes)}{diag.message}")
+    if show_source:
+        findings = "\n".join(_full_entry(d, _texts(r)(d.cell), unsafe_fixes, palette) for r, d in diagnostics)
+    else:
+        findings = "".join(f"{_location(d, palette)}{palette.punctuation(':')} {palette.rule_code(d.code)} "
+                           f"{_marker(d, unsafe_fixes, palette)}{d.message}\n" for _, d in diagnostics)
+    listing = format_fix_listing(results, applied=True, color=color) if show_fixes else ""
+    closing = _summary(results, diagnostics, unsafe_fixes, fix_mode, errors, palette) if summary else []
+    return paragraphs(findings, listing, "".join(line + "\n" for line in closing))
+
+
+def paragraphs(*parts: str) -> str:
+    """Report parts (each empty or ending with a newline), a blank line between them."""
+    return "\n".join(part for part in parts if part)
+
+
+def _plural(count: int, word: str, suffix: str = "s") -> str:
+    return f"{count} {word}{suffix if count != 1 else ''}"
+
+
+def _summary(results, diagnostics, unsafe_fixes: bool, fix_mode: bool, errors: int, palette: Palette) -> list[str]:
+    """Ruff's closing lines: how many were found and fixed, what ``--fix`` (and
+    ``--unsafe-fixes``) would fix, and how many paths could not be checked."""
     fixed = sum(len(r.fixed) for r in results)
     count = len(diagnostics)
     summary = []
     if fixed:
-        summary.append(f"Found {count + fixed} error{'s' if count + fixed != 1 else ''} ({fixed} fixed, {count} remaining).")
+        summary.append(f"Found {_plural(count + fixed, 'error')} ({fixed} fixed, {count} remaining).")
     elif count:
-        summary.append(f"Found {count} error{'s' if count != 1 else ''}.")
-    elif not fix_mode and not errors:
+        summary.append(f"Found {_plural(count, 'error')}.")
+    elif not errors:
         summary.append("All checks passed!")
     if errors:
         paths, them = ("path", "error") if errors == 1 else ("paths", "errors")
         summary.append(f"Could not check{' or fix' if fix_mode else ''} {errors} {paths} (see the {them} above).")
     fixable = sum(1 for _, d in diagnostics if d.fix is not None and d.fix.applies(unsafe_fixes))
     hidden = sum(1 for _, d in diagnostics if d.fix is not None and not d.fix.applies(unsafe_fixes))
+    hidden_fixes = f"{_plural(hidden, 'hidden fix', 'es')} can be enabled with the `--unsafe-fixes` option"
     if fixable:
-        line = f"[*] {fixable} fixable with the `--fix` option"
-        if hidden:
-            line += f" ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with the `--unsafe-fixes` option)"
-        summary.append(line + ".")
+        line = f"{palette.punctuation('[*]')} {fixable} fixable with the `--fix` option"
+        summary.append(line + (f" ({hidden_fixes})." if hidden else "."))
     elif hidden:
-        summary.append(f"No fixes available ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with "
-                       "the `--unsafe-fixes` option).")
-    if lines and summary:
-        lines.append("")
-    return "\n".join(lines + summary) + "\n"
+        summary.append(f"No fixes available ({hidden_fixes}).")
+    return summary
 
 
-def format_statistics(results, *, unsafe_fixes: bool) -> str:
+def format_fix_listing(results, *, applied: bool, color: bool = False) -> str:
+    """``--show-fixes``, as Ruff prints it: per file, how many findings of each rule were fixed
+    (``applied``) or would be (``--diff``); empty when there are none."""
+    palette = Palette(color)
+    fixed = {r.path: Counter((d.code, d.name) for d in r.fixed) for r in sorted(results, key=lambda r: r.path)
+             if r.fixed}
+    if not fixed:
+        return ""
+    total = sum(sum(counts.values()) for counts in fixed.values())
+    width = max(len(str(n)) for counts in fixed.values() for n in counts.values())
+    lines = [palette.heading(f"{'Fixed' if applied else 'Would fix'} {_plural(total, 'error')}:")]
+    for path, counts in fixed.items():
+        lines.append(f"{palette.punctuation('-')} {palette.path(path)}{palette.punctuation(':')}")
+        for (code, name), number in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            lines.append(f"    {number:>{width}} × {palette.rule_code(code)} ({name})")
+    return "".join(line + "\n" for line in lines)
+
+
+def diff_summary(results, *, unsafe_fixes: bool) -> str:
+    """The line after ``--diff`` (on stderr, so that stdout is a patch): what would be fixed, and
+    the fixes that ``--unsafe-fixes`` would add, in Ruff's words; nothing when there is neither."""
+    fixed = sum(len(r.fixed) for r in results)
+    files = sum(1 for r in results if r.diff)
+    unapplied = sum(1 for r in results for d in r.diagnostics if d.fix is not None and not d.fix.applies(unsafe_fixes))
+    if fixed:
+        extra = f" ({_plural(unapplied, 'additional fix', 'es')} available with `--unsafe-fixes`)" if unapplied else ""
+        return f"Would fix {_plural(fixed, 'error')} in {_plural(files, 'file')}{extra}.\n"
+    if unapplied:
+        return f"No errors would be fixed ({_plural(unapplied, 'fix', 'es')} available with `--unsafe-fixes`).\n"
+    return ""
+
+
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def patch_text(result) -> str:
+    """A result's diff as a patch that ``patch`` and ``git apply`` read. difflib leaves a last line
+    without a newline unended, so it runs into the next line of the diff; diff(1) ends it and adds
+    ``\\ No newline at end of file``. Here ``result.source`` is the original text: its last line,
+    when changed, is the diff's last ``-`` line, and only ``+`` lines can follow it."""
+    diff = result.diff
+    if not diff:
+        return diff
+    if result.source and not result.source.endswith(("\n", "\r")):
+        removed = "\n-" + result.source.splitlines(keepends=True)[-1]
+        at = diff.rfind(removed) + len(removed)
+        rest = diff[at:]
+        if at >= len(removed) and rest and all(line.startswith("+") for line in rest.split("\n") if line):
+            diff = diff[:at] + "\n" + NO_NEWLINE + rest
+    return diff if diff.endswith("\n") else diff + "\n" + NO_NEWLINE
+
+
+def format_statistics(results, *, unsafe_fixes: bool, color: bool = False) -> str:
+    palette = Palette(color)
     counts = Counter(d.code for r in results for d in r.diagnostics)
     fixable = Counter(d.code for r in results for d in r.diagnostics if d.fix is not None and d.fix.applies(unsafe_fixes))
     rows = []
@@ -268,5 +439,5 @@ def format_statistics(results, *, unsafe_fixes: bool) -> str:
         rule = rule_by_selector(code)
         name = rule.name if rule else "syntax-error"
         mark = "[*]" if fixable[code] == number else "[-]" if fixable[code] else "[ ]"
-        rows.append(f"{number:>{width}}\t{code}\t{mark} {name}")
-    return "\n".join(rows) + ("\n" if rows else "")
+        rows.append(f"{palette.path(f'{number:>{width}}')}\t{palette.rule_code(code)}\t{palette.punctuation(mark)} {name}")
+    return "".join(row + "\n" for row in rows)
