@@ -40,7 +40,7 @@ class WholeScriptRule(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         loop = self.ctx.programs.cuda_training_script()
-        if loop is None or any(text in self.ctx.source for text in self.already_decided) or not self.wanted():
+        if loop is None or any(text in self.ctx.code for text in self.already_decided) or not self.wanted():
             return
         edit = module_setting(self.ctx, self.setting) if self.setting else None
         self.report(loop, self.message, self.fix(self.fix_title, edit) if edit else None)

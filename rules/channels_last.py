@@ -79,4 +79,4 @@ class ChannelsLast(WholeScriptRule):
                "`.view()` on convolution outputs)")
 
     def wanted(self) -> bool:
-        return uses_reduced_precision(self.ctx.source) and 2 in self.ctx.modules.convolution_dimensions
+        return uses_reduced_precision(self.ctx.code) and 2 in self.ctx.modules.convolution_dimensions

@@ -49,7 +49,8 @@ for images, labels in loader:
 Unsafe: the chosen algorithms may differ from run to run (timing noise), so results are no longer
 bitwise reproducible, and each new input shape pays a benchmarking pass, which makes inputs whose
 shape changes every batch (variable-length sequences, multi-scale training) slower, not faster.
-The rule stays silent when the file mentions `cudnn.benchmark` or `cudnn.deterministic` at all, or
+The rule stays silent when the file's code (not a comment or docstring) mentions `cudnn.benchmark`
+or `cudnn.deterministic` at all, or
 calls `torch.use_deterministic_algorithms`, and when it shows signs of inputs of varying shape
 (`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
 training). Models defined in another module than the training loop are not seen. The fix adds the
@@ -86,4 +87,4 @@ class CudnnBenchmark(WholeScriptRule):
                "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape")
 
     def wanted(self) -> bool:
-        return not VARIABLE_SHAPES.search(self.ctx.source) and bool(self.ctx.modules.convolution_dimensions)
+        return not VARIABLE_SHAPES.search(self.ctx.code) and bool(self.ctx.modules.convolution_dimensions)

@@ -145,7 +145,7 @@ class DdpSampler(Rule):
                         self.found = True
 
             finder = Wraps()
-            if "DistributedDataParallel" in self.ctx.source:
+            if "DistributedDataParallel" in self.ctx.code:
                 visit(self.ctx.module, finder)
             self._ddp = finder.found
         return self._ddp
@@ -170,7 +170,7 @@ class DdpSampler(Rule):
         """``for epoch in ...: train_one_epoch(model, loader, ...)`` with a function of this file."""
         callee = dotted_name(node.func)
         if callee is None or callee in ITERATION_WRAPPERS or not self.ctx.bindings.defined(callee, cst.FunctionDef) \
-                or "set_epoch" in self.ctx.source:
+                or "set_epoch" in self.ctx.code:
             return
         for arg in node.args:
             name = dotted_name(arg.value)

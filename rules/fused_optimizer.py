@@ -108,7 +108,7 @@ class FusedOptimizer(Rule):
             return
         if has_star_args(node) or any(find_keyword(node, name) is not None for name in CHOSEN):
             return
-        source = self.ctx.source
+        source = self.ctx.code
         if not mentions_cuda(source) or not self.ctx.loops.training_loops or self.ctx.loops.training_loop() is not None:
             return  # a CPU-only script, no training here, or a new optimizer every step (a numerical check)
         if optimizer == "SGD" and ("GradScaler" in source or "sparse=True" in source):

@@ -6,7 +6,8 @@ float32: nothing in the file uses autocast, a `GradScaler`, half or bfloat16 pre
 library that manages precision itself (Accelerate, Lightning Fabric, DeepSpeed). A script is a file
 with an `if __name__ == "__main__":` block or a training loop outside any function; modules that
 other code imports (test helpers, libraries) are left alone, since the precision of a run is the
-program's choice. It reports once per training loop, on its first `backward()` call.
+program's choice. It reports once per training loop, on its first `backward()` call. The file's
+code decides, never its comments or docstrings ("mixed precision is planned" is not autocast).
 
 ## Why is it slow
 
@@ -131,7 +132,7 @@ class NoAmp(Rule):
         if loop is None or id(loop) in self.seen:
             return
         self.seen.add(id(loop))
-        source = self.ctx.source
+        source = self.ctx.code
         if self.ctx.programs.cuda_training_script() is None or uses_reduced_precision(source) \
                 or PRECISION_MANAGERS.search(source):
             return

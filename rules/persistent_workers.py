@@ -96,7 +96,7 @@ class PersistentWorkers(Rule):
                 or find_keyword(node, "persistent_workers") is not None:
             return
         workers = dataloader_argument(node, "num_workers")
-        if workers is None or self.ctx.enclosing(*LOOPS) or "reload_dataloaders_every" in self.ctx.source:
+        if workers is None or self.ctx.enclosing(*LOOPS) or "reload_dataloaders_every" in self.ctx.code:
             return
         known, count = literal_value(workers.value)
         if known and not (type(count) is int and count > 0):

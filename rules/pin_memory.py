@@ -98,7 +98,7 @@ class PinMemory(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \
-                or dataloader_argument(node, "pin_memory") is not None or not mentions_cuda(self.ctx.source):
+                or dataloader_argument(node, "pin_memory") is not None or not mentions_cuda(self.ctx.code):
             return
         workers = dataloader_argument(node, "num_workers")
         if workers is None or is_literal(workers.value, 0):
@@ -109,7 +109,7 @@ class PinMemory(Rule):
         if any(self._may_hold_cuda_tensors(arg.value) for arg in (dataloader_argument(node, "dataset"),
                                                                  dataloader_argument(node, "collate_fn")) if arg):
             return
-        distributed_without_device = "DistributedDataParallel" in self.ctx.source and "set_device" not in self.ctx.source
+        distributed_without_device = "DistributedDataParallel" in self.ctx.code and "set_device" not in self.ctx.code
         self.report(node, "`DataLoader` feeds batches to CUDA from pageable memory; pass `pin_memory=True` "
                           "(and copy with `non_blocking=True`) so the copies overlap with compute",
                     self.fix("Pin the loader's batches (`pin_memory=True`)",

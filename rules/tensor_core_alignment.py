@@ -99,7 +99,7 @@ class TensorCoreAlignment(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         layer = QUALIFIED.get(self.ctx.qualified_name(node.func) or "")
-        if layer is None or not uses_reduced_precision(self.ctx.source) or not self.ctx.programs.is_script:
+        if layer is None or not uses_reduced_precision(self.ctx.code) or not self.ctx.programs.is_script:
             return
         minimum = self.option("min-size")
         odd = []

@@ -7,6 +7,8 @@ neither `torch.set_float32_matmul_precision("high")` nor `torch.backends.cuda.ma
 (nor the newer `fp32_precision` settings). It reports once per script (a file with an
 `if __name__ == "__main__":` block or a training loop outside any function: process-wide settings
 belong in the program, not in modules that other code imports), on its first training loop.
+The file's code decides, never its comments or docstrings: a docstring that plans mixed precision
+silences nothing.
 
 ## Why is it slow
 
@@ -78,4 +80,4 @@ class Tf32Matmul(WholeScriptRule):
                "`torch.set_float32_matmul_precision(\"high\")` after the imports")
 
     def wanted(self) -> bool:
-        return not uses_reduced_precision(self.ctx.source)
+        return not uses_reduced_precision(self.ctx.code)

@@ -94,7 +94,7 @@ class ZeroGradSetToNone(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad"):
             return
-        if any(a.star for a in node.args) or any(marker in self.ctx.source for marker in CUDA_GRAPH_MARKERS):
+        if any(a.star for a in node.args) or any(marker in self.ctx.code for marker in CUDA_GRAPH_MARKERS):
             return
         flag = find_argument(node, "set_to_none", 0)
         if flag is None and not node.args and not self.ctx.torch_at_least("2.0"):

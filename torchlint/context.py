@@ -22,7 +22,7 @@ from torchlint.analysis.loops import Loops
 from torchlint.analysis.modules import Modules
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.programs import Programs
-from torchlint.analysis.syntax import dotted_name
+from torchlint.analysis.syntax import code_text, dotted_name
 from torchlint.analysis.versions import at_least
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class RuleContext:
 
     @cached_property
     def programs(self) -> Programs:
-        return Programs(self.path, self.source, self.module, self.loops, getattr(self.settings, "root", None),
+        return Programs(self.path, lambda: self.code, self.module, self.loops, getattr(self.settings, "root", None),
                         self.ancestors)
 
     @cached_property
@@ -100,6 +100,12 @@ class RuleContext:
         return at_least(self.settings.target_lightning, version)
 
     # the code ----------------------------------------------------------------------------------------
+    @cached_property
+    def code(self) -> str:
+        """The source without its comments and docstrings (see syntax.code_text): what rules that
+        decide from the presence of a word read, so that a comment never decides."""
+        return code_text(self.source)
+
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
         """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports;
         None when the enclosing function binds the name itself (``def f(torch): torch.cuda...``)."""

@@ -3,6 +3,7 @@ a CUDA training script, or test code (where performance advice does not apply)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
@@ -15,10 +16,10 @@ from torchlint.analysis.syntax import is_main_guard
 
 
 class Programs:
-    def __init__(self, path: str, source: str, module: cst.Module, loops: Loops, root: Path | None,
+    def __init__(self, path: str, code: Callable[[], str], module: cst.Module, loops: Loops, root: Path | None,
                  ancestors: list[cst.CSTNode]):
         self.path = path
-        self.source = source
+        self._code = code  # the source without comments and docstrings
         self.module = module
         self.loops = loops
         self.root = root
@@ -54,7 +55,7 @@ class Programs:
         """The first training loop of a script (see ``is_script``) that names CUDA: where rules
         about a whole training run (its precision, its process-wide settings) report."""
         loops = self.loops.training_loops
-        if loops and self.is_script and mentions_cuda(self.source):
+        if loops and self.is_script and mentions_cuda(self._code()):
             return loops[0]
         return None
 

@@ -9,6 +9,8 @@ or no. Nothing here knows about PyTorch.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Iterator, Sequence
 
 import libcst as cst
@@ -317,3 +319,38 @@ def contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
 def ast_first_line(node: ast.AST) -> int:
     """The line a statement starts on, its decorators included (LibCST counts them as its children)."""
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+
+
+def code_text(source: str) -> str:
+    """The source with its comments and its string statements (docstrings) blanked out, lines and
+    columns kept: what a file *does* say, for rules that decide from the presence of a word
+    (``autocast``, ``cudnn.benchmark``). A docstring that plans mixed precision is not mixed
+    precision. Strings that are values (``precision="bf16-mixed"``) stay. Text that does not
+    tokenize comes back as it is."""
+    lines = source.splitlines(keepends=True)
+    blanks: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    previous = tokenize.NEWLINE
+    pending: tokenize.TokenInfo | None = None  # a string that starts a statement
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = token.type
+            if kind == tokenize.COMMENT:
+                blanks.append((token.start, token.end))
+                continue
+            if kind in (tokenize.NL, tokenize.ENCODING):
+                continue
+            if pending is not None and kind in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.DEDENT):
+                blanks.append((pending.start, pending.end))
+            pending = token if kind == tokenize.STRING and previous in (
+                tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) else None
+            previous = kind
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+    for (start_line, start_col), (end_line, end_col) in blanks:
+        for number in range(start_line, end_line + 1):
+            line = lines[number - 1]
+            body = line.rstrip("\r\n")
+            first = start_col if number == start_line else 0
+            last = end_col if number == end_line else len(body)
+            lines[number - 1] = body[:first] + " " * (last - first) + body[last:] + line[len(body):]
+    return "".join(lines)
