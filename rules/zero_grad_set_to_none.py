@@ -33,7 +33,9 @@ Unsafe. A gradient of `None` is not a gradient of zeros: optimizers skip paramet
 step), and code that reads `p.grad` before the next backward finds `None`. The rule stays silent
 when the statements right after the call read `.grad` before the next `backward()`, and in files
 that capture CUDA graphs (`torch.cuda.graph`, `CUDAGraph`, `make_graphed_callables`), which need
-gradients that stay allocated. Versions: `set_to_none` exists since torch 1.7; a bare
+gradients that stay allocated. No fix in a file that writes into `.grad` in place
+(`p.grad += g`, `p.grad.add_(g)`, `p.grad[mask] = 0`): after `zero_grad()` those gradients must
+be zeros, and on `None` the write raises a `TypeError` (the message says so). Versions: `set_to_none` exists since torch 1.7; a bare
 `zero_grad()` is reported only for a target torch from 1.7 up to (not including) 2.0.
 
 ## References
@@ -68,6 +70,31 @@ class _GradReader(cst.CSTVisitor):
             self.reads_grad = True
         elif node.attr.value == "backward":
             self.backward = True
+
+
+def _is_grad(expr: cst.BaseExpression) -> bool:
+    """``p.grad``, ``p.grad.data``, ``p.grad[i]``."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "grad":
+            return True
+        expr = expr.value
+    return False
+
+
+class _GradWriter(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.found |= _is_grad(node.target)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.found |= isinstance(node.target, cst.Subscript) and _is_grad(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        self.found |= isinstance(func, cst.Attribute) and func.attr.value.endswith("_") \
+            and not func.attr.value.startswith("_") and func.attr.value != "zero_" and _is_grad(func.value)
 
 
 class ZeroGradSetToNone(Rule):
@@ -112,7 +139,21 @@ class ZeroGradSetToNone(Rule):
             return
         if self._grad_read_next():
             return  # the code right after relies on zeroed (not None) gradients
-        self.report(node, message, self.fix("Set gradients to None", self.replace(node, new)))
+        fix = self.fix("Set gradients to None", self.replace(node, new))
+        if self._writes_grad_in_place():
+            # `p.grad += g` after zero_grad: with None gradients that raises a TypeError
+            fix = None
+            message += " (no fix: this file writes into `.grad` in place, which needs zeroed gradients)"
+        self.report(node, message, fix)
+
+    def _writes_grad_in_place(self) -> bool:
+        """Does the file add to or write into a ``.grad`` in place (``p.grad += g``,
+        ``p.grad.add_(g)``, ``p.grad[mask] = 0``)? That works on zeros and fails on None."""
+        if not hasattr(self, "_in_place"):
+            finder = _GradWriter()
+            visit(self.ctx.module, finder)
+            self._in_place = finder.found
+        return self._in_place
 
     def _grad_read_next(self) -> bool:
         """Do the statements after this one read `.grad` before the next backward?"""
