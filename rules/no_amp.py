@@ -55,7 +55,10 @@ moved under `torch.amp.autocast("cuda", dtype=torch.float16)`, `scaler.scale(los
 `scaler.step(optimizer)` and `scaler.update()` in place of `optimizer.step()`, and
 `scaler.unscale_(optimizer)` before gradient clipping. Without a GPU, autocast and the scaler turn
 themselves off with a warning, so the script still runs. The fix is withheld when the loop calls
-`backward()` more than once, when the optimizer step is not in the same block as the backward call,
+`backward()` more than once, when the file computes binary cross-entropy on probabilities
+(`nn.BCELoss`, `F.binary_cross_entropy`: CUDA autocast raises on them; the message says to compute
+the loss on logits with `nn.BCEWithLogitsLoss` first), when the optimizer step is not in the same
+block as the backward call,
 when code between them reads `.grad`, and when the lines before `backward()` are not the
 assignments that compute the loss. A scaler created in a function that is called once per epoch
 starts from its initial scale each epoch; move it out if so.
@@ -87,6 +90,10 @@ from torchlint.fixes import block_indentation, imported_name, unused_name
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
+# Binary cross-entropy on probabilities: CUDA autocast raises on it (it is not numerically safe in
+# float16), so a loop that computes it cannot simply be wrapped.
+BCE_ON_PROBABILITIES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss",
+                                  "torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy"})
 # Libraries that own the precision of the loop (their own flags turn mixed precision on).
 PRECISION_MANAGERS = re.compile(r"\bAccelerator\b|\baccelerate\b|\bFabric\b|\bdeepspeed\b|\bapex\b|\bGradScaler\b")
 
@@ -136,10 +143,35 @@ class NoAmp(Rule):
         if self.ctx.programs.cuda_training_script() is None or uses_reduced_precision(source) \
                 or PRECISION_MANAGERS.search(source):
             return
-        self.report(node, "this CUDA training loop runs in float32; run the forward pass and the loss under "
-                          "`torch.amp.autocast(\"cuda\", dtype=torch.float16)` with a `torch.amp.GradScaler(\"cuda\")` "
-                          "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), or "
-                          "with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs", self._fix(node, loop))
+        message = ("this CUDA training loop runs in float32; run the forward pass and the loss under "
+                   "`torch.amp.autocast(\"cuda\", dtype=torch.float16)` with a `torch.amp.GradScaler(\"cuda\")` "
+                   "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), or "
+                   "with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs")
+        if self._binary_cross_entropy_on_probabilities():
+            # CUDA autocast rejects BCE on probabilities ("unsafe to autocast") at run time
+            self.report(node, message + "; first compute the loss on logits with `nn.BCEWithLogitsLoss` (or "
+                                        "`F.binary_cross_entropy_with_logits`): autocast refuses `nn.BCELoss` and "
+                                        "`F.binary_cross_entropy`, so no fix is offered")
+            return
+        self.report(node, message, self._fix(node, loop))
+
+    def _binary_cross_entropy_on_probabilities(self) -> bool:
+        """Does the file compute binary cross-entropy on probabilities (``nn.BCELoss``,
+        ``F.binary_cross_entropy``), which CUDA autocast refuses to run?"""
+        bindings = self.ctx.bindings
+
+        class Finder(cst.CSTVisitor):
+            found = False
+
+            def visit_Attribute(self, node: cst.Attribute) -> None:
+                self.found |= bindings.qualified_name(node) in BCE_ON_PROBABILITIES
+
+            def visit_Name(self, node: cst.Name) -> None:
+                self.found |= bindings.qualified_name(node) in BCE_ON_PROBABILITIES
+
+        finder = Finder()
+        visit(self.ctx.module, finder)
+        return finder.found
 
     def _fix(self, node: cst.Call, loop: cst.CSTNode):
         counter = _BackwardCounter()
