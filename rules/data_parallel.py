@@ -1,7 +1,10 @@
 """
 ## What it does
 
-Finds models wrapped in `torch.nn.DataParallel` (under any import alias).
+Finds models wrapped in `torch.nn.DataParallel` (under any import alias). In a file that trains
+nothing, it says so: for inference the advice is one process per GPU (or one GPU), not DDP. In a
+script that already has a `DistributedDataParallel` path (`if args.distributed: ... else:
+nn.DataParallel(...)`), it points to that path.
 
 ## Why is it slow
 
@@ -31,15 +34,21 @@ and give the DataLoader a `DistributedSampler` so that each process sees its own
 
 ## Fix safety
 
-Unsafe. The fix inserts a small function `_distributed_data_parallel` after the imports and calls
-it instead of `DataParallel`. Launched by `torchrun`, it joins the process group (NCCL on GPU, gloo
-on CPU), pins the process to its `LOCAL_RANK` GPU and wraps the model in DDP; run as a plain
-`python script.py`, it creates a one-process group, so the script still runs as before and
-`model.module` still works. The semantics change: each process now runs the whole loop, so the data
-must be sharded (`DistributedSampler`) and logging or checkpointing restricted to rank 0 before
-multi-GPU runs train faster; `device_ids`/`output_device` are dropped. `torchlint verify
---nproc 2 --unsafe-fixes` checks the rewritten script under `torchrun` and as plain python. A call
-with `dim=` or `**kwargs` is reported without a fix.
+Unsafe. The fix inserts three small functions after the imports and uses them: the model is
+wrapped by `_distributed_data_parallel(model)` instead of `DataParallel`, and every DataLoader that a
+training loop iterates gets `sampler=_distributed_sampler(dataset, shuffle=...)` in place of its
+`shuffle=`, so that each process trains on its own shard (a DDP rewrite without sharding trains
+every process on the whole dataset). Launched by `torchrun`, the helpers join the process group
+(NCCL on GPU, gloo on CPU) and pin the process to its `LOCAL_RANK` GPU; run as a plain
+`python script.py`, they create a one-process group, so the script still runs and `model.module`
+still works. The values change: the sampler shuffles with its own generator, each process now runs
+the whole loop, and logging or checkpointing should be restricted to rank 0; `device_ids` and
+`output_device` are dropped. TL502 `ddp-sampler` then adds `sampler.set_epoch(epoch)` to the epoch
+loop in the same `--fix` run. `torchlint verify --nproc 2 --unsafe-fixes` checks the rewritten script
+under `torchrun` (world size 2) and as plain python. No fix when a training loader cannot be
+sharded (it has a sampler of its own, takes `**kwargs` or a positional `shuffle`, or builds its
+dataset inside the call, which would then be built twice), for a `DataParallel(...)` call with
+`dim=` or `**kwargs`, in a file that trains nothing, or in a script that already has a DDP path.
 
 ## References
 
@@ -51,42 +60,38 @@ with `dim=` or `**kwargs` is reported without a fix.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
+from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL, dataloader_argument, is_dataloader_call
 from torchlint.analysis.syntax import find_argument, find_keyword, has_star_args
+from torchlint.fixes import NodeEdit, keyword_argument, remove_arg, set_keyword
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._distributed import HELPERS_SOURCE, SAMPLER_HELPER, WRAP_HELPER
 
 DATA_PARALLEL = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
 })
-HELPER = "_distributed_data_parallel"
-HELPER_SOURCE = f'''
-
-def {HELPER}(module):
-    """Wrap `module` in DistributedDataParallel (written by torchlint's TL501 fix).
-
-    Under torchrun, each process joins the process group and uses its own GPU; run as a plain
-    `python` script, a one-process group is created so the script still runs as before.
-    """
-    import os
-
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if "LOCAL_RANK" in os.environ:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    if torch.cuda.is_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
-        torch.cuda.set_device(local_rank)
-        module = module.cuda(local_rank)
-        return torch.nn.parallel.DistributedDataParallel(module, device_ids=[local_rank])
-    return torch.nn.parallel.DistributedDataParallel(module)
-'''
 DROPPED_KEYWORDS = {"device_ids", "output_device"}
+
+
+@dataclass
+class _Site:
+    """A `DataParallel(...)` call, and where the helpers would go (the last top-level import
+    before the statement that calls it)."""
+
+    call: cst.Call
+    anchor: cst.CSTNode | None
+
+
+@dataclass
+class _Loader:
+    """A DataLoader call of the file, and what sharding it for DDP takes."""
+
+    call: cst.Call
+    trains: bool  # a training loop iterates it
+    edit: NodeEdit | None  # the rewrite with a distributed sampler; None when it cannot be written
 
 
 class DataParallel(Rule):
@@ -101,32 +106,81 @@ class DataParallel(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         return bool(index.calls_of(DATA_PARALLEL))
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualified_name(node.func) not in DATA_PARALLEL:
-            return
-        self.report(node, "`DataParallel` drives every GPU from one process and is slower than "
-                          "`DistributedDataParallel` even on one machine; use DDP launched by torchrun",
-                    self._fix(node))
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.sites: list[_Site] = []
+        self.loaders: list[_Loader] = []
+        self.uses_ddp = False
 
-    def _fix(self, node: cst.Call):
+    def visit_Call(self, node: cst.Call) -> None:
+        qualified = self.ctx.qualified_name(node.func)
+        if qualified in DATA_PARALLEL:
+            self.sites.append(_Site(node, self._last_import_before_use()))
+        elif qualified in DISTRIBUTED_DATA_PARALLEL:
+            self.uses_ddp = True
+        elif is_dataloader_call(node, self.ctx.bindings):
+            trains = any(self.ctx.loops.runs_backward(loop)
+                         for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name()))
+            self.loaders.append(_Loader(node, trains, self._sharded(node) if trains else None))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        training = bool(self.ctx.loops.training_loops) or any(loader.trains for loader in self.loaders)
+        for site in self.sites:
+            if not training:
+                self.report(site.call, "`DataParallel` here only runs the model forward (nothing in this file "
+                                       "trains); for inference, run one process per GPU on its own share of the "
+                                       "inputs, or one GPU, instead of scattering every batch from one process")
+            elif self.uses_ddp:
+                self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
+                                       "`DistributedDataParallel` even on one machine; this script already has a "
+                                       "DDP path: launch that one with torchrun")
+            else:
+                self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
+                                       "`DistributedDataParallel` even on one machine; use DDP launched by "
+                                       "torchrun, with a `DistributedSampler` for the training data",
+                            self._fix(site))
+
+    def _fix(self, site: _Site):
+        node = site.call
         module_arg = find_argument(node, "module", 0)
         if module_arg is None or has_star_args(node) or find_keyword(node, "dim") is not None:
             return None
         extra = [a for a in node.args if a is not module_arg]
         if any(a.keyword is None or a.keyword.value not in DROPPED_KEYWORDS for a in extra):
             return None
-        call = cst.Call(func=cst.Name(HELPER), args=[cst.Arg(module_arg.value)])
-        edits = [self.replace(node, call)]
-        if f"def {HELPER}(" not in self.ctx.source:
-            anchor = self._last_import_before_use()
-            if anchor is None:
+        training_loaders = [loader for loader in self.loaders if loader.trains]
+        if any(loader.edit is None for loader in training_loaders):
+            return None  # a training loader that cannot be sharded: DDP would train on every sample per rank
+        call = cst.Call(func=cst.Name(WRAP_HELPER), args=[cst.Arg(module_arg.value)])
+        edits = [self.replace(node, call), *(loader.edit for loader in training_loaders)]
+        if f"def {WRAP_HELPER}(" not in self.ctx.source:
+            if site.anchor is None:
                 return None
             body = self.ctx.module.body
-            following = body[body.index(anchor) + 1]
+            following = body[body.index(site.anchor) + 1]
             blank_lines = sum(1 for line in following.leading_lines if line.comment is None)
-            edits.append(self.insert_lines_after(anchor, HELPER_SOURCE + "\n" * max(0, 2 - blank_lines)))
-        return self.fix("Wrap the model in DistributedDataParallel (runs under torchrun and as plain python)",
-                        *edits)
+            edits.append(self.insert_lines_after(site.anchor, HELPERS_SOURCE + "\n" * max(0, 2 - blank_lines)))
+        return self.fix("Train with DistributedDataParallel and a DistributedSampler (runs under torchrun and as "
+                        "plain python)", *edits)
+
+    def _sharded(self, call: cst.Call) -> NodeEdit | None:
+        """The loader rewritten to read its shard: ``sampler=_distributed_sampler(dataset,
+        shuffle=...)`` in place of ``shuffle=``; None when it has a sampler of its own or arguments
+        that cannot be seen."""
+        dataset = dataloader_argument(call, "dataset")
+        if dataset is None or has_star_args(call) or dataloader_argument(call, "sampler") is not None \
+                or dataloader_argument(call, "batch_sampler") is not None \
+                or not isinstance(dataset.value, (cst.Name, cst.Attribute)):
+            return None  # a dataset built in the call would be built twice
+        shuffle = dataloader_argument(call, "shuffle")
+        if shuffle is not None and shuffle.keyword is None:
+            return None  # positional: the arguments after it would shift
+        shuffled = shuffle.value if shuffle is not None else cst.Name("False")
+        sampler = cst.Call(cst.Name(SAMPLER_HELPER), [
+            cst.Arg(dataset.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            keyword_argument("shuffle", shuffled)])
+        new = remove_arg(call, shuffle) if shuffle is not None else call
+        return self.replace(call, set_keyword(new, "sampler", sampler))
 
     def _last_import_before_use(self) -> cst.CSTNode | None:
         """The helper goes after the last top-level import that precedes the statement using it."""

@@ -89,6 +89,7 @@ from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, cont
 from torchlint.analysis.walk import visit
 from torchlint.fixes import block_indentation
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._distributed import is_sampler_helper
 
 
 class DdpSampler(Rule):
@@ -221,6 +222,8 @@ class DdpSampler(Rule):
         return None
 
     def _is_distributed_sampler(self, expr: cst.BaseExpression | None) -> bool:
+        if is_sampler_helper(expr):
+            return True  # the one TL501's fix writes
         if not isinstance(expr, cst.Call) or self.ctx.qualified_name(expr.func) not in DISTRIBUTED_SAMPLERS:
             return False
         shuffle = find_keyword(expr, "shuffle")
