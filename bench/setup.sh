@@ -6,6 +6,7 @@
 #            (bench/training_corpus.toml), taken from the `fetch` tool's mirror under /work/.mirror
 #            when it is there, else cloned from GitHub: that needs network access
 #   large_train.py: one ~3,000-line training file made from modules of the training corpus
+#            (bench/make_large_file.py lists them)
 # Usage: bench/setup.sh [DIR]   (default: bench/.work, which git ignores)
 set -euo pipefail
 dir="${1:-$(dirname "$0")/.work}"
@@ -24,4 +25,5 @@ for spec in torchfix==0.7.0 fixit==2.2.1 ruff==0.17.5; do
 done
 bench=$(dirname "$0")
 "$python" "$bench/training_corpus.py" "$dir/training"
+"$python" "$bench/make_large_file.py" --corpus "$dir/training" --out "$dir/large_train.py"
 echo "corpora, peers and the training corpus are in $dir"

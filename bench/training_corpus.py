@@ -33,9 +33,9 @@ def load_manifest(path: Path = MANIFEST) -> list[dict]:
         return tomllib.load(handle)["repo"]
 
 
-def folder_name(repo: dict) -> str:
-    """`owner/name` as the corpus folder (and the `repo` column of the labels) spells it."""
-    return repo["name"].replace("/", "+")
+def folder_name(repo: str) -> str:
+    """The corpus folder of `owner/name` (the `repo` column of the labels names repositories so)."""
+    return repo.replace("/", "+")
 
 
 def git(git_dir: Path, *args: str) -> bytes:
@@ -83,10 +83,10 @@ def stamp(repo: dict) -> str:
 
 def materialise(repo: dict, root: Path) -> None:
     """Bring one repository's files to root/<owner>+<name>, unless the same entry is already there."""
-    dest = root / folder_name(repo)
+    dest = root / folder_name(repo["name"])
     if (dest / STAMP).exists() and (dest / STAMP).read_text() == stamp(repo):
         return
-    mirror = MIRRORS / folder_name(repo) / "repo"
+    mirror = MIRRORS / folder_name(repo["name"]) / "repo"
     if mirror.is_dir():
         count = extract(mirror, repo, dest)
     else:
