@@ -149,7 +149,7 @@ def render(result: dict, found: dict, labels: list[Label], rules: list[str], com
     table, commit = result["table"], git_commit()
     repos = sorted({row.repo for row in labels})
     lines = ["# Recall and precision on real training code", "",
-             f"Date: {date.today().isoformat()}. torchlint at commit `{commit}` (the working tree's code).",
+             f"Date: {date.today().isoformat()}. torchlint at commit `{commit}.",
              f"Corpus: {len(repos)} repositories of bench/training_corpus.toml, materialised by bench/setup.sh; "
              f"labels: `{shown(label_file)}` ({len(labels)} rows, written by reading the code before "
              "running the rules; bench/labels/README.md).", "", "Command (run by `bench/recall.py`):", "", "```sh",
@@ -192,12 +192,18 @@ def shown(path: Path) -> str:
     return os.path.relpath(path, ROOT)
 
 
+def git(*args: str) -> str:
+    """The output of a git command in this repository."""
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
 def git_commit() -> str:
-    """The commit of the working tree, marked when it has uncommitted changes."""
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "torchlint", "rules"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return head.stdout.strip() + (" + uncommitted changes to torchlint/ or rules/" if dirty else "")
+    """The working tree's commit and the last commit that changed torchlint's code, marked when that
+    code has uncommitted changes (the figures are those of the code, not of the labels)."""
+    code = git("log", "-1", "--format=%h", "--abbrev=12", "--", "torchlint", "rules")
+    dirty = git("status", "--porcelain", "--", "torchlint", "rules")
+    return (f"{git('rev-parse', '--short=12', 'HEAD')}` (torchlint/ and rules/ as of `{code}`"
+            + (", with uncommitted changes" if dirty else "") + ")")
 
 
 def main(argv: list[str] | None = None) -> None:
