@@ -2,6 +2,11 @@
 # Set up what the benchmarks run on, outside the repository's tracked files:
 #   corpora: the installed sources of torch, pytorch-lightning, timm and transformers
 #   peers:   torchfix, fixit and ruff, each in its own virtual environment
+#   training: real training code from 15 public repositories at pinned commits
+#            (bench/training_corpus.toml), taken from the `fetch` tool's mirror under /work/.mirror
+#            when it is there, else cloned from GitHub: that needs network access
+#   large_train.py: one ~3,000-line training file made from modules of the training corpus
+#            (bench/make_large_file.py lists them)
 # Usage: bench/setup.sh [DIR]   (default: bench/.work, which git ignores)
 set -euo pipefail
 dir="${1:-$(dirname "$0")/.work}"
@@ -18,4 +23,7 @@ for spec in torchfix==0.7.0 fixit==2.2.1 ruff==0.17.5; do
         "$dir/peers/$name/bin/pip" install --quiet "$spec"
     fi
 done
-echo "corpora and peers are in $dir"
+bench=$(dirname "$0")
+"$python" "$bench/training_corpus.py" "$dir/training"
+"$python" "$bench/make_large_file.py" --corpus "$dir/training" --out "$dir/large_train.py"
+echo "corpora, peers and the training corpus are in $dir"
