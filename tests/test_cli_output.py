@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, run_torchlint
 from torchlint.cli import main
 
-SAFE_AND_UNSAFE = "import torch\nimport torch.nn as nn\n\nx = torch.zeros(3).cuda()\nm = nn.DataParallel(net)\n"
+SAFE_AND_UNSAFE = "import torch\nimport torch.nn as nn\n\nx = torch.zeros(3).cuda()\nm = torch.randn(3).cuda()\n"
 ESCAPE = b"\x1b["
 
 
@@ -86,7 +86,7 @@ def test_diff_summary_counts_in_words_and_names_the_unsafe_fixes(project):
     result = run_torchlint("--no-cache", "--diff", "train.py", cwd=project)
     assert result.returncode == 1
     assert result.stderr.decode() == "Would fix 1 error in 1 file (1 additional fix available with `--unsafe-fixes`).\n"
-    (project / "dp.py").write_text("import torch.nn as nn\nm = nn.DataParallel(net)\n")
+    (project / "dp.py").write_text("import torch\nm = torch.randn(3).cuda()\n")
     result = run_torchlint("--no-cache", "--diff", "dp.py", cwd=project)
     assert result.returncode == 0
     assert result.stderr.decode() == "No errors would be fixed (1 fix available with `--unsafe-fixes`).\n"
@@ -181,8 +181,8 @@ def test_show_fixes_lists_what_fix_fixed_per_file_and_rule(project):
     result = run_torchlint("--no-cache", "--fix", "--show-fixes", ".", cwd=project)
     assert result.returncode == 1
     assert result.stdout.decode() == (
-        "b.py:6:5: TL501 `DataParallel` drives every GPU from one process and is slower than "
-        "`DistributedDataParallel` even on one machine; use DDP launched by torchrun\n"
+        "b.py:6:5: TL201 `torch.randn(...).cuda(...)` fills the tensor on the CPU, then copies it; create it on "
+        "the device with `device=`\n"
         "\n"
         "Fixed 3 errors:\n"
         "- a.py:\n"

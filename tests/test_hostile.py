@@ -115,7 +115,8 @@ def test_mixed_newlines_only_the_fixed_span_changes(project):
 
 
 def test_a_multi_line_fix_in_a_crlf_file_writes_crlf(project):
-    source = "import torch\r\nimport torch.nn as nn\r\n\r\nmodel = nn.DataParallel(nn.Linear(2, 2))\r\n"
+    source = ("import torch\r\nimport torch.nn as nn\r\n\r\nmodel = nn.DataParallel(nn.Linear(2, 2))\r\n"
+              "for x in batches:\r\n    model(x).sum().backward()\r\n")
     path = project / "dp.py"
     path.write_bytes(source.encode())
     assert fix(project, "dp.py", unsafe=True).returncode == 0

@@ -147,7 +147,7 @@ def codes(params: types.PublishDiagnosticsParams) -> list[str]:
 # A Jupyter notebook: the imports in cell 0 are what make cells 2 and 3 findings; cell 1 is markdown.
 NOTEBOOK = ["import torch\nimport torch.nn as nn", "# Model ✨",
             "%time x = 1\n!pip install x\ns = '😀é'; y = torch.zeros(3).cuda()",
-            "model = nn.DataParallel(nn.Linear(2, 2))"]
+            "model = nn.DataParallel(nn.Linear(2, 2))\nfor x in batches:\n    model(x).sum().backward()"]
 
 
 @dataclass
@@ -392,9 +392,10 @@ async def test_notebook_code_actions_edit_the_cells_they_are_for(vscode: Languag
     edits = cell_edits(unsafe)
     assert edits.keys() == {model, imports}
     assert (edits[model][0], edits[imports][0]) == (versions[model], versions[imports])
-    assert apply(texts[model], edits[model][1], "utf-16") == "model = _distributed_data_parallel(nn.Linear(2, 2))"
+    assert apply(texts[model], edits[model][1], "utf-16") == texts[model].replace(
+        "nn.DataParallel(", "_distributed_data_parallel(")
     assert apply(texts[imports], edits[imports][1], "utf-16").startswith(
-        texts[imports] + "\n\n\ndef _distributed_data_parallel(")
+        texts[imports] + "\n\n\ndef _init_distributed(")
     close_notebook(vscode, notebook)
 
 

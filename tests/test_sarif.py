@@ -15,7 +15,8 @@ from conftest import GUIDE_RULES_CONFIG, LEAK, run_torchlint
 from torchlint.rule import rule_by_selector
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
-MODEL = "import torch\nimport torch.nn as nn\n\nm = nn.DataParallel(net)\ny = '😀'; x = torch.zeros(3).cuda()\n"
+MODEL = ("import torch\nimport torch.nn as nn\n\nm = nn.DataParallel(net)\ny = '😀'; x = torch.zeros(3).cuda()\n"
+         "for b in batches:\n    m(b).sum().backward()\n")
 
 
 def validate(sarif: dict) -> None:
