@@ -59,10 +59,12 @@ or benchmark candidates, in loops that measure memory per batch (`reset_peak_mem
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
+from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, is_periodic_test, iterated_name
 from torchlint.analysis.syntax import dotted_name
 from torchlint.fixes import removal_edit
@@ -76,24 +78,49 @@ EPOCH = re.compile(r"epoch", re.IGNORECASE)
 MEASURES_MEMORY = re.compile(r"reset_peak_memory_stats|max_memory_(allocated|reserved)|memory_(allocated|reserved|stats)\(")
 
 
+def _clears_cache(summary) -> bool:
+    """A helper whose every call empties the CUDA cache (directly or through its own callees)."""
+    return summary is not None and bool(summary.clears_cache)
+
+
 class EmptyCacheInLoop(Rule):
     code = "TL801"
     name = "empty-cache-in-loop"
     kind = "performance"
     summary = "`torch.cuda.empty_cache()` on every iteration of a loop"
     fix_applicability = "safe"
-    triggers = ("empty_cache",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # the call itself, or a loop whose helper (perhaps in another file) empties the cache
+        return "empty_cache" in text or "for " in text or "while " in text
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(ast_loop_lines(index)[call.lineno] for call in index.calls("empty_cache"))
+        loops = ast_loop_lines(index)
+        if any(loops[call.lineno] for call in index.calls("empty_cache")):
+            return True
+        return any(loops[call.lineno] and _clears_cache(ast_call_summary(index, call))
+                   for call in index.nodes(ast.Call) if isinstance(call.func, (ast.Name, ast.Attribute)))
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
+        helper = None
         if name not in EMPTY_CACHE:
-            return
+            if not self.ctx.loops.enclosing_loops() or dotted_name(node.func) is None:
+                return
+            helper = self.ctx.calls.summary(node)
+            if not _clears_cache(helper):
+                return
         loops = self.ctx.loops.enclosing_loops()
         if not loops or self.ctx.programs.in_test_code() or not self._every_iteration(loops[0]):
+            return
+        if helper is not None:
+            effect = helper.clears_cache[0]
+            self.report(node, f"`{dotted_name(node.func)}(...)` empties the CUDA cache on every iteration "
+                              f"(`{effect.what}` in `{helper.qualname}`, {where(effect)}): each iteration waits for "
+                              "the GPU and gives back memory the next one allocates again; call it after the loop",
+                        related=(related(effect, "the CUDA cache is emptied here"),))
             return
         self.report(node, f"`{self.ctx.code_for(node)}` in a loop makes every iteration wait for the GPU and hands "
                           "back memory the next iteration allocates again; remove it", self._fix(node))

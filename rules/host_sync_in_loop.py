@@ -59,64 +59,90 @@ fire on most scripts. Enable it (`--extend-select TL802`) when tuning a loop's t
 
 from __future__ import annotations
 
-import ast
+import re
 
 import libcst as cst
 
+from torchlint.analysis.calls import related, where
+from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import AST_FUNCTIONS, ast_training_loop_lines, is_periodic_test
-from torchlint.analysis.syntax import dotted_name, method_call, names_in
+from torchlint.analysis.summaries import PARAMETER, TENSOR
+from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 LOG_METHODS = frozenset({"log", "log_dict"})
+# Turning a tensor into a Python number or text reads it on the host.
+CONVERSIONS = frozenset({"float", "int", "bool", "math.isnan", "math.isinf", "math.isfinite"})
+# Loggers that take a tensor and read it on the host (TensorBoard, Weights & Biases).
+TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
+# Where an environment is stepped: the action it needs must come to the host every step.
+ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
+ADVICE = "every N steps (`if step % N == 0:`)"
 
 
 class HostSyncInLoop(Rule):
     code = "TL802"
     name = "host-sync-in-loop"
     kind = "performance"
-    summary = "`.item()`, `.cpu()`, `.numpy()`, `.tolist()` or `print(tensor)` on every training step"
-    triggers = (".item()", ".cpu()", ".numpy()", ".tolist()", "print(")
+    summary = "`.item()`, `.cpu()`, `print(tensor)` and other reads of a GPU tensor on every training step"
     default_enabled = False
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        # a training loop calls backward (`loss.backward()`, `manual_backward`), or it is Lightning's
-        return super().applies(text) and ("backward" in text or "training_step" in text)
+        # a training loop (`loss.backward()`, `manual_backward`), or Lightning's training_step; the
+        # sync itself may sit in a helper of another file
+        return "backward" in text or "training_step" in text
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a synchronizing call in a loop that calls backward, or in a Lightning training_step
-        steps = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "training_step")
-        training = ast_training_loop_lines(index)
-        return any(training[call.lineno] or steps[call.lineno]
-                   for call in index.nodes(ast.Call)
-                   if isinstance(call.func, ast.Attribute) and call.func.attr in SYNC_METHODS
-                   or isinstance(call.func, ast.Name) and call.func.id == "print")
+        return any(ast_training_loop_lines(index)) or any(f.name == "training_step"
+                                                          for f in index.nodes(*AST_FUNCTIONS))
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self._reported_lines: set[int] = set()
 
-    def visit_Call(self, node: cst.Call) -> None:
-        what = self._sync(node)
-        if what is None:
-            return
+    # where a step runs -------------------------------------------------------------------------------
+    def _step(self) -> tuple[cst.CSTNode | None, bool] | None:
+        """(the step loop, whether this is a Lightning training_step) around the current node, when
+        every step runs it on a GPU; None otherwise."""
+        if self.ctx.programs.in_test_code():
+            return None
         loop = self.ctx.loops.step_loop()
-        if loop is None and not self.ctx.loops.in_training_step() or self.ctx.programs.in_test_code():
-            return
-        if not self._every_step(node, loop):
-            return
+        if loop is not None:
+            return (loop, False) if mentions_cuda(self.ctx.code) else None  # a CPU-only script waits for no GPU
+        return (None, True) if self.ctx.loops.in_training_step() else None
+
+    def _tensors(self, loop: cst.CSTNode | None) -> frozenset[str]:
+        """Names that hold a tensor on the device in this step: what the loop backpropagates."""
+        names = self.ctx.loops.backpropagated_names(loop) if loop is not None else None
+        return names or frozenset()
+
+    def _report_once(self, node: cst.CSTNode, message: str, related_places: tuple = ()) -> None:
         position = self.ctx.statement_position()
         if position is None or id(position[0]) in self._reported_lines:
             return
         self._reported_lines.add(id(position[0]))
-        shown, advice = what
-        self.report(node, f"`{shown}` makes the host wait for the GPU on every training step; {advice} every N "
-                          "steps (`if step % N == 0:`)")
+        self.report(node, message, related=related_places)
 
-    def _sync(self, node: cst.Call) -> tuple[str, str] | None:
+    # calls -----------------------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        step = self._step()
+        if step is None:
+            return
+        loop, _ = step
+        what = self._sync(node, loop)
+        if what is not None:
+            if self._every_step(node, loop) and not self._feeds_an_environment(node, loop):
+                shown, advice = what
+                self._report_once(node, f"`{shown}` makes the host wait for the GPU on every training step; "
+                                        f"{advice} {ADVICE}")
+            return
+        self._helper_sync(node, loop)
+
+    def _sync(self, node: cst.Call, loop: cst.CSTNode | None) -> tuple[str, str] | None:
         """(the synchronizing call, what to write instead), or None."""
         method = method_call(node, *SYNC_METHODS)
         if method is not None:
@@ -130,20 +156,98 @@ class HostSyncInLoop(Rule):
                 value = value.func.value  # `x.cpu().numpy()` -> `x`
             kept = self.ctx.code_for(value)
             return self.ctx.code_for(node), f"keep `{kept}` on the device (add it up there, detached) and read it"
+        tensors = self._tensors(loop)
+        if not tensors:
+            return None
+        callee = self.ctx.qualified_name(node.func) or dotted_name(node.func)
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.ctx.qualified_name(node.func) is None:
-            loop = self.ctx.loops.step_loop()
-            tensors = self.ctx.loops.backpropagated_names(loop) if loop is not None else None
-            if tensors and any(self._prints_tensor(arg.value, tensors) for arg in node.args):
+            if any(self._reads_tensor(arg.value, tensors) for arg in node.args):
                 return self.ctx.code_for(node), "print it"
+        elif callee in CONVERSIONS and len(node.args) == 1 and self._holds_tensor(node.args[0].value, tensors):
+            return self.ctx.code_for(node), f"keep `{self.ctx.code_for(node.args[0].value)}` on the device and read it"
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_LOGGERS \
+                and any(self._holds_tensor(arg.value, tensors) for arg in node.args[1:2]):
+            return self.ctx.code_for(node), "log the values"
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "format" \
+                and any(self._holds_tensor(arg.value, tensors) for arg in node.args):
+            return self.ctx.code_for(node), "format the values"
+        elif self.ctx.qualified_name(node.func) in ("torch.cuda.synchronize", "torch.cuda.current_stream.synchronize"):
+            return self.ctx.code_for(node), "drop it (measure time with CUDA events), or synchronize"
         return None
 
-    @staticmethod
-    def _prints_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
-        if isinstance(expr, cst.Name):
-            return expr.value in tensors
+    def _holds_tensor(self, expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
+        """The expression is (a view of) a tensor the step backpropagates, not a number read from
+        one: ``loss``, ``loss.data``, ``loss.mean()``; not ``loss.item()`` or ``len(loss)``."""
+        while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+            if isinstance(expr, cst.Call):
+                if not isinstance(expr.func, cst.Attribute) or expr.func.attr.value in SYNC_METHODS:
+                    return False
+                expr = expr.func.value
+            elif isinstance(expr, cst.Attribute):
+                expr = expr.value
+            else:
+                expr = expr.value
+        return isinstance(expr, cst.Name) and expr.value in tensors
+
+    def _reads_tensor(self, expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
+        """Printing or formatting reads a tensor: the tensor itself, or one in an f-string."""
         if isinstance(expr, cst.FormattedString):
-            return any(isinstance(part, cst.FormattedStringExpression) and isinstance(part.expression, cst.Name)
-                       and part.expression.value in tensors for part in expr.parts)
+            return any(isinstance(part, cst.FormattedStringExpression) and self._holds_tensor(part.expression, tensors)
+                       for part in expr.parts)
+        return self._holds_tensor(expr, tensors)
+
+    def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
+        """The value goes to an environment stepped in the loop (``envs.step(action.cpu().numpy())``,
+        or through a name): the simulation needs it on the host every step."""
+        if loop is None:
+            return False
+        position = self.ctx.statement_position()
+        names = set()
+        if position is not None and isinstance(position[0], cst.SimpleStatementLine):
+            for small in position[0].body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        names |= names_in(target.target)
+        steps = _EnvironmentSteps()
+        visit(loop, steps)
+        return any(self.ctx.code_for(node) in code or names & used for code, used in steps.arguments)
+
+    def _helper_sync(self, node: cst.Call, loop: cst.CSTNode | None) -> None:
+        """A call of the project's own function that syncs on every call (``log_step(loss)`` doing
+        ``loss.item()``; a meter's ``update(loss)``): reported at the call, where the step pays."""
+        if not isinstance(node.func, (cst.Name, cst.Attribute)) or dotted_name(node.func) is None:
+            return
+        resolved = self.ctx.calls.resolve(node)
+        if resolved is None or not resolved.function.host_syncs or not self._every_step(node, loop):
+            return
+        tensors = self._tensors(loop)
+        keywords = [a.keyword.value for a in node.args if a.keyword is not None]
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for sync in resolved.function.host_syncs:
+            if self._syncs_here(sync, resolved, positional, keywords, node, tensors):
+                name = dotted_name(node.func)
+                effect = sync.effect
+                self._report_once(node, f"`{name}(...)` makes the host wait for the GPU on every training step: "
+                                        f"`{effect.what}` in `{resolved.function.qualname}` ({where(effect)}); "
+                                        f"call it {ADVICE}, or keep the values on the device",
+                                  (related(effect, f"`{effect.what}` reads a tensor on the host"),))
+                return
+
+    def _syncs_here(self, sync, resolved, positional, keywords, node, tensors) -> bool:
+        """Does this call make the helper's sync wait for the GPU? A method sync (``.item()``) or
+        ``torch.cuda.synchronize()`` always does; a conversion, print or format only on a tensor:
+        one the helper computes, or an argument that is one here."""
+        if sync.how in ("method", "synchronize"):
+            return True
+        for operand in sync.reads:
+            if operand.kind == TENSOR:
+                return True
+            if operand.kind == PARAMETER and operand.index is not None:
+                slot = resolved.argument_for(operand.index, len(positional), keywords)
+                argument = positional[slot] if isinstance(slot, int) and 0 <= slot < len(positional) else \
+                    next((a for a in node.args if a.keyword is not None and a.keyword.value == slot), None)
+                if argument is not None and self._holds_tensor(argument.value, tensors):
+                    return True
         return False
 
     def _every_step(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
@@ -158,12 +262,22 @@ class HostSyncInLoop(Rule):
                 return False
             if isinstance(parent, (cst.Assert, cst.ExceptHandler, cst.ExceptStarHandler)):
                 return False
-            if isinstance(parent, cst.If) and is_periodic_test(parent.test) and _inside_loop(chain, loop, parent):
+            if isinstance(parent, cst.If) and self._periodic(parent.test) and _inside_loop(chain, loop, parent):
                 return False
             if isinstance(parent, cst.Call) and isinstance(parent.func, cst.Attribute) \
                     and parent.func.attr.value in LOG_METHODS and dotted_name(parent.func.value) == "self":
                 return False  # self.log(...): lightning-log-item
         return not self._assigned_guard(loop)
+
+    def _periodic(self, test: cst.BaseExpression) -> bool:
+        """A condition that holds every k-th step: a remainder (``step % 100 == 0``), or a flag the
+        function computes as one (``log_now = i % every == 0`` ... ``if log_now:``)."""
+        if is_periodic_test(test):
+            return True
+        function = self.ctx.enclosing_function()
+        scope = self.ctx.bindings.scope(function if function is not None else self.ctx.module)
+        return any(value is not None and is_periodic_test(value)
+                   for name in names_in(test) for value in scope.assigned.get(name, ()))
 
     def _assigned_guard(self, loop: cst.CSTNode | None) -> bool:
         """``value = loss.item()`` where ``value`` is then tested (``if value > 1e4:``)."""
@@ -190,6 +304,21 @@ def _inside_loop(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.C
     if loop is None:
         return True
     return chain.index(node) > chain.index(loop)
+
+
+class _EnvironmentSteps(cst.CSTVisitor):
+    """The arguments of ``env.step(...)``-like calls in a loop: their code and the names they read."""
+
+    def __init__(self) -> None:
+        self.arguments: list[tuple[str, set[str]]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("step", "send", "step_async") \
+                and ENVIRONMENT.search((dotted_name(func.value) or "").rsplit(".", 1)[-1]):
+            module = cst.Module([])
+            for arg in node.args:
+                self.arguments.append((module.code_for_node(arg.value), names_in(arg.value)))
 
 
 class _Tests(cst.CSTVisitor):

@@ -42,6 +42,20 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another place that explains a finding (LSP ``relatedInformation``): where inside a called
+    helper the cost is paid, for a finding reported at the call. Lines and columns as in
+    Diagnostic; ``path`` is absolute (the place may be in another file)."""
+
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    message: str
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     """One finding. Lines and columns are 0-based; columns count code points."""
 
@@ -57,6 +71,7 @@ class Diagnostic:
     fix: Fix | None = None
     cell: int | None = None  # notebook cell index, None for .py files
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    related: tuple[Related, ...] = ()
 
     @property
     def sort_key(self) -> tuple:

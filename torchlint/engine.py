@@ -20,7 +20,7 @@ from torchlint import guards
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import ast_first_line
 from torchlint.analysis.walk import walk
-from torchlint.context import RuleContext
+from torchlint.context import RuleContext, project_modules
 from torchlint.diagnostics import Diagnostic, Edit, Severity, apply_edits
 from torchlint.fixes import NodeEdit
 from torchlint.positions import resolve_reports
@@ -301,7 +301,8 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
     that fails is a bug reported like a rule's; its rule is left out of the file."""
     if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
         return rules
-    index = SyntaxIndex(tree, source, settings.target_torch)
+    project = project_modules(settings)
+    index = SyntaxIndex(tree, source, settings.target_torch, path, project)
     passed = []
     for rule in rules:
         try:
@@ -309,6 +310,8 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
                 passed.append(rule)
         except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
             _record_crash(crashes, path, rule, error)
+    if index.memoized("project-source"):
+        project.release(path)  # the linted text's tree need not outlive the prechecks
     return passed
 
 

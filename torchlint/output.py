@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import unicodedata
 from collections import Counter
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlparse
 
 from torchlint import __version__
-from torchlint.diagnostics import Diagnostic, SourceText
+from torchlint.diagnostics import Diagnostic, Related, SourceText
+from torchlint.fileio import SourceDecodeError, decode_source
 from torchlint.rule import rule_by_selector
 
 DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
@@ -50,7 +52,7 @@ def lsp_diagnostic(diag: Diagnostic, text: SourceText, *, encoding: str = "utf-1
                 entry["cell"] = cell
             edits.append(entry)
         fix = {"applicability": diag.fix.applicability, "title": diag.fix.title, "edits": edits}
-    return {
+    found = {
         "range": lsp_range(text, diag.line, diag.col, diag.end_line, diag.end_col, encoding),
         "severity": int(diag.severity),
         "code": diag.code,
@@ -59,6 +61,26 @@ def lsp_diagnostic(diag: Diagnostic, text: SourceText, *, encoding: str = "utf-1
         "message": diag.message,
         "data": {"name": diag.name, "cell": diag.cell, "fix": fix},
     }
+    if diag.related:
+        found["relatedInformation"] = [_related_information(related, encoding) for related in diag.related]
+    return found
+
+
+def _related_information(related: Related, encoding: str) -> dict:
+    """LSP's ``DiagnosticRelatedInformation`` for a place in (possibly) another file: its columns
+    count in that file's text, read once per file."""
+    return {"location": {"uri": Path(related.path).as_uri(),
+                         "range": lsp_range(_text_of(related.path), related.line, related.col, related.end_line,
+                                            related.end_col, encoding)},
+            "message": related.message}
+
+
+@functools.lru_cache(maxsize=64)
+def _text_of(path: str) -> SourceText:
+    try:
+        return SourceText(decode_source(Path(path).read_bytes())[0])
+    except (OSError, SourceDecodeError):
+        return SourceText("")
 
 
 def _texts(result):
@@ -137,6 +159,16 @@ def _sarif_rules() -> list[dict]:
     return descriptors
 
 
+def _sarif_artifact(file_uri: str) -> dict:
+    """A related location's file: relative to the current directory (``%SRCROOT%``) when it is
+    under it, the absolute file URI otherwise."""
+    path = Path(unquote(urlparse(file_uri).path))
+    try:
+        return {"uri": quote(path.relative_to(Path.cwd()).as_posix()), "uriBaseId": "%SRCROOT%"}
+    except ValueError:
+        return {"uri": file_uri}
+
+
 def _sarif_region(range_: dict) -> dict:
     """An LSP range (0-based, UTF-16) as a SARIF region (1-based, UTF-16: the run's columnKind)."""
     start, end = range_["start"], range_["end"]
@@ -159,6 +191,12 @@ def format_sarif(results) -> str:
                       "locations": [{"physicalLocation": {"artifactLocation": location,
                                                           "region": _sarif_region(diag["range"])}}]}
             cell, fix = diag["data"]["cell"], diag["data"]["fix"]
+            if diag.get("relatedInformation"):
+                result["relatedLocations"] = [
+                    {"id": number, "message": {"text": info["message"]},
+                     "physicalLocation": {"artifactLocation": _sarif_artifact(info["location"]["uri"]),
+                                          "region": _sarif_region(info["location"]["range"])}}
+                    for number, info in enumerate(diag["relatedInformation"])]
             if cell is not None:
                 result["properties"] = {"cell": cell}
             elif fix is not None:

@@ -40,7 +40,7 @@ def resolve_reports(ctx: RuleContext, module: cst.Module, source: str, first_lin
             fix = Fix(report.fix.title, report.fix.applicability, edits)
         rule = report.rule
         diagnostics.append(Diagnostic(ctx.path, rule.code, rule.name, report.message, report.severity or rule.severity,
-                                      *start, *end, fix))
+                                      *start, *end, fix, related=tuple(report.related)))
     return diagnostics
 
 

@@ -24,7 +24,7 @@ import libcst as cst
 from torchlint import fixes
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.context import RuleContext
-from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Severity
+from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Related, Severity
 from torchlint.fixes import FixBuilder, FixSpec, NodeEdit
 from torchlint.analysis.versions import version_matches
 
@@ -35,19 +35,6 @@ KINDS = ("performance", "correctness", "deprecation", "migration")
 # A family prefix and a number: TL + family digit (TL101), a family of its own (TLC001 compile
 # readiness), or a third-party package's prefix.
 CODE = re.compile(r"[A-Z]{2,5}\d{3}")
-
-
-@dataclass
-class Related:
-    """Another place that explains a finding (LSP ``relatedInformation``): where inside a called
-    helper the cost is paid, for a finding reported at the call."""
-
-    path: str
-    line: int  # 1-based, as CPython counts
-    column: int  # 0-based, in code points
-    end_line: int
-    end_column: int
-    message: str
 
 
 @dataclass

@@ -11,7 +11,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from torchlint.diagnostics import Diagnostic, Edit, Fix, Severity
+from torchlint.diagnostics import Diagnostic, Edit, Fix, Related, Severity
 from torchlint.engine import FixError, fix_source, lint_source, syntax_error
 from torchlint.fileio import SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, write_source
 from torchlint.notebook import check_notebook_text, is_notebook
@@ -75,7 +75,8 @@ def _diagnostic_from_dict(data: dict) -> Diagnostic:
     fix = data.get("fix")
     if fix is not None:
         fix = Fix(fix["title"], fix["applicability"], tuple(Edit(**e) for e in fix["edits"]))
-    return Diagnostic(**{**data, "severity": Severity(data["severity"]), "fix": fix})
+    related = tuple(Related(**r) for r in data.get("related", ()))
+    return Diagnostic(**{**data, "severity": Severity(data["severity"]), "fix": fix, "related": related})
 
 
 @dataclass

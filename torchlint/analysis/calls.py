@@ -7,12 +7,27 @@ summary's effects say where inside the callee it happens, for the finding's rela
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.analysis.callgraph import Resolved
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.summaries import FunctionSummary
-from torchlint.analysis.syntax import dotted_name
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.summaries import Effect
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.diagnostics import Related
+
+
+def related(effect: Effect, message: str) -> Related:
+    """Where an effect happens, as a finding's related location (0-based lines, as Diagnostic)."""
+    return Related(effect.path, effect.line - 1, effect.column, effect.end_line - 1, effect.end_column, message)
+
+
+def where(effect: Effect) -> str:
+    """``utils.py:4`` for messages: the file's name and the line."""
+    return f"{effect.path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{effect.line}"
 
 
 class Calls:
@@ -50,3 +65,15 @@ class Calls:
         """Let go of the linted text's summary (and the tree it holds) once the file is done."""
         if self._used:
             self.project.release(self.path)
+
+
+def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | None:
+    """The precheck twin of ``Calls.summary``: what a call on CPython's tree does, when the index
+    knows the file's project (None otherwise, and for calls of what is not the project's own)."""
+    project = index.project
+    callee = ast_dotted_name(call.func)
+    if project is None or index.path is None or callee is None:
+        return None
+    if not index.memo("project-source", lambda: project.use_source(index.path, index.source, index.tree) or True):
+        return None
+    return project.summaries.resolve_call(index.path, callee, index.scope_of(call))

@@ -68,9 +68,12 @@ class SyntaxIndex:
     """One walk over CPython's tree: its nodes by type, and the file's ``from ... import ... as``
     aliases, with a memo for the answers the ``ast_`` questions compute once per file."""
 
-    def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,)):
+    def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,),
+                 path: str | None = None, project: Any = None):
         self.tree = tree
         self.source = source
+        self.path = path  # the file, and the project's modules (analysis/project.py) when known:
+        self.project = project  # prechecks then see what a call of the project's own function does
         self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
         self._by_type = _by_type(tree)
         # CPython ends a line at "\n", "\r\n" or a lone "\r"
@@ -87,6 +90,10 @@ class SyntaxIndex:
         """The torch the code may target is ``version`` or newer (by default the oldest torch is
         assumed, so that a precheck allows every version-gated shape)."""
         return at_least(self.target_torch, version)
+
+    def memoized(self, key: Any) -> bool:
+        """Has ``memo`` computed ``key`` for this file?"""
+        return key in self._memo
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, once per file for each ``key``."""
@@ -135,6 +142,36 @@ class SyntaxIndex:
                 if bases & roots or bases & {c.name for c in found}:
                     found.append(node)
                     changed = True
+        return found
+
+    def scope_of(self, node: ast.AST) -> str | None:
+        """The qualified name of the function a node is in (``Trainer.fit``, ``outer.inner``), as the
+        summaries name it; None at module level or in a class body."""
+        spans = self.memo("scopes", self._scopes)
+        line = node.lineno
+        found = None
+        for start, end, name in spans:  # outer before inner: the last match is the innermost
+            if start <= line <= end:
+                found = name
+        return found
+
+    def _scopes(self) -> list[tuple[int, int, str | None]]:
+        found: list[tuple[int, int, str | None]] = []
+
+        def walk(body, prefix: str, in_function: bool) -> None:
+            for node in body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = f"{prefix}{node.name}"
+                    function = not isinstance(node, ast.ClassDef)
+                    qualname = name if function or in_function else None
+                    found.append((span(node)[0], node.end_lineno, qualname if function else
+                                  (prefix[:-1] or None) if in_function else None))
+                    walk(node.body, name + ".", function or in_function)
+                else:
+                    for field in ("body", "orelse", "finalbody", "handlers"):
+                        walk(getattr(node, field, ()) or (), prefix, in_function)
+
+        walk(self.tree.body, "", False)
         return found
 
     def lines(self, containers: Iterable[ast.AST]) -> bytearray:
