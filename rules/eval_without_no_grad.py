@@ -65,6 +65,7 @@ import re
 
 import libcst as cst
 
+from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
                                      with_item_disables_grad)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
@@ -117,7 +118,9 @@ class EvalWithoutNoGrad(Rule):
             name = ast_dotted_name(func)
             if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
                 return True
-        return False
+        # a helper of the project that runs a model with grad on, called in a loop
+        return any(loops[call.lineno] and (summary := ast_call_summary(index, call)) is not None
+                   and summary.forwards_with_grad for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -128,8 +131,12 @@ class EvalWithoutNoGrad(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         model = self._model(node)
+        helper = None
         if model is None:
-            return
+            helper = self._forward_helper(node)
+            if helper is None:
+                return
+            model = dotted_name(node.func)
         loop = self.ctx.loops.evaluation_loop()
         if loop is None or id(loop) in self._reported or self.ctx.loops.grad_disabled() or self.ctx.programs.in_test_code():
             return
@@ -144,9 +151,27 @@ class EvalWithoutNoGrad(Rule):
         visit(loop, suspends)
         advice = f"decorate `{function.name.value}` with `@torch.no_grad()`" if suspends.found and function \
             else "wrap the loop in `with torch.no_grad():`"
+        fix = None if suspends.found else self._fix(loop)
+        if helper is not None:
+            effect = helper.forwards_with_grad[0]
+            self.report(node, f"`{model}(...)` runs a model with autograd on (`{effect.what}` in `{helper.qualname}`, "
+                              f"{where(effect)}) in an evaluation loop: every batch records a graph that is never "
+                              f"used (memory and time); {advice}", fix,
+                        related=(related(effect, "the model runs here, with autograd on"),))
+            return
         self.report(node, f"`{model}(...)` runs in an evaluation loop with autograd on: every batch records a graph "
-                          f"that is never used (memory and time); {advice}",
-                    None if suspends.found else self._fix(loop))
+                          f"that is never used (memory and time); {advice}", fix)
+
+    def _forward_helper(self, node: cst.Call):
+        """The summary of a helper that runs a model with grad on (``predict(x)``,
+        ``generate(z)``), when the call is in a loop: the evaluation loop may be around it."""
+        if dotted_name(node.func) is None or not self.ctx.loops.enclosing_loops():
+            return None
+        summary = self.ctx.calls.summary(node)
+        if summary is None or not summary.forwards_with_grad or summary.grad_mode == "disabled" \
+                or summary.backward or summary.autograd:
+            return None
+        return summary
 
     def _framework_method(self, function: cst.FunctionDef) -> bool:
         """A method known only by its name (no ``.eval()`` before the loop): frameworks call such

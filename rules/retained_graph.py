@@ -58,8 +58,10 @@ import ast
 
 import libcst as cst
 
+from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.loops import ast_training_loop_lines
-from torchlint.analysis.syntax import root_names, target_names
+from torchlint.analysis.summaries import PARAMETER
+from torchlint.analysis.syntax import dotted_name, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -150,7 +152,11 @@ class RetainedGraph(Rule):
         kept += [node for node in index.nodes(ast.AugAssign) if isinstance(node.op, (ast.Add, ast.Sub))]
         kept += [node for node in index.nodes(ast.Assign) if isinstance(node.value, ast.BinOp)
                  and isinstance(node.value.op, ast.Add)]
-        return any(training[node.lineno] for node in kept)
+        if any(training[node.lineno] for node in kept):
+            return True
+        # a helper called in the loop keeps its argument (`meter.update(loss)`)
+        return any(training[call.lineno] and (summary := ast_call_summary(index, call)) is not None
+                   and any(keep.with_graph for keep in summary.keeps) for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -160,8 +166,48 @@ class RetainedGraph(Rule):
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "append" and len(node.args) == 1
                 and node.args[0].keyword is None and not node.args[0].star):
+            self._helper_keeps(node)
             return
         self._check(node, container=func.value, value=node.args[0].value, verb="appends")
+
+    def _helper_keeps(self, node: cst.Call) -> None:
+        """``meter.update(loss)`` where ``update`` keeps its argument with the graph
+        (``self.sum += val * n``): memory grows at the call, every iteration."""
+        if dotted_name(node.func) is None or not self.ctx.loops.enclosing_loops() or self.ctx.loops.grad_disabled():
+            return
+        resolved = self.ctx.calls.resolve(node)
+        if resolved is None or not resolved.function.keeps:
+            return
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        keywords = [a.keyword.value for a in node.args if a.keyword is not None]
+        for keep in resolved.function.keeps:
+            if not keep.with_graph or keep.value.kind != PARAMETER or keep.value.index is None:
+                continue
+            slot = resolved.argument_for(keep.value.index, len(positional), keywords)
+            argument = positional[slot] if isinstance(slot, int) and 0 <= slot < len(positional) else \
+                next((a for a in node.args if a.keyword is not None and a.keyword.value == slot), None)
+            if argument is None:
+                continue
+            names = graph_names(argument.value)
+            loop = self._backpropagating_loop(names) if names else None
+            if loop is None:
+                continue
+            backpropagated = self.ctx.loops.backpropagated_names(loop)
+            kept = names & backpropagated
+            receiver = root_names(node.func.value) if isinstance(node.func, cst.Attribute) else set()
+            bindings = self._loop_bindings(loop)
+            if kept <= bindings.detached or receiver & bindings.reset:
+                continue  # a number by now, or the holder is rebuilt every iteration
+            value = argument.value
+            detached = f"{self.ctx.code_for(value)}.detach()" if isinstance(
+                value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({self.ctx.code_for(value)}).detach()"
+            effect = keep.effect
+            self.report(node, f"`{dotted_name(node.func)}(...)` keeps `{sorted(kept)[0]}` with its autograd graph on "
+                              f"every iteration (`{effect.what}` in `{resolved.function.qualname}`, {where(effect)}), "
+                              f"so memory grows each step; pass `{detached}`",
+                        self.fix("Detach the value before passing it", self.replace(value, detached)),
+                        related=(related(effect, "the value is kept here, with its graph"),))
+            return
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
