@@ -80,6 +80,12 @@ TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
 # Where an environment is stepped: the action it needs must come to the host every step.
 ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
 ADVICE = "every N steps (`if step % N == 0:`)"
+# Builtins that give a Python number
+NUMBERS = frozenset({"float", "int", "len", "round", "abs", "max", "min", "sum", "bool"})
+# torch functions whose result is not a tensor on the device
+NOT_TENSORS = frozenset({"torch.device", "torch.dtype", "torch.is_tensor", "torch.numel", "torch.no_grad",
+                         "torch.get_default_dtype", "torch.finfo", "torch.iinfo", "torch.manual_seed",
+                         "torch.load", "torch.save", "torch.from_numpy", "torch.tensor", "torch.as_tensor"})
 
 
 class HostSyncInLoop(Rule):
@@ -103,6 +109,7 @@ class HostSyncInLoop(Rule):
     def __init__(self, ctx):
         super().__init__(ctx)
         self._reported_lines: set[int] = set()
+        self._tensor_names: dict[int, frozenset[str]] = {}
 
     # where a step runs -------------------------------------------------------------------------------
     def _step(self) -> tuple[cst.CSTNode | None, bool] | None:
@@ -116,9 +123,41 @@ class HostSyncInLoop(Rule):
         return (None, True) if self.ctx.loops.in_training_step() else None
 
     def _tensors(self, loop: cst.CSTNode | None) -> frozenset[str]:
-        """Names that hold a tensor on the device in this step: what the loop backpropagates."""
-        names = self.ctx.loops.backpropagated_names(loop) if loop is not None else None
-        return names or frozenset()
+        """Names that hold a tensor on the device in this step: what the loop backpropagates, and
+        names the loop assigns the result of a torch function (``grad_norm = clip_grad_norm_(...)``)."""
+        if loop is None:
+            return frozenset()
+        if id(loop) not in self._tensor_names:
+            names = set(self.ctx.loops.backpropagated_names(loop) or ())
+            bindings = self.ctx.bindings
+
+            class TorchResults(cst.CSTVisitor):
+                def visit_Assign(self, node: cst.Assign) -> None:
+                    qualified = bindings.qualified_name(node.value.func) if isinstance(node.value, cst.Call) else None
+                    if qualified and qualified.startswith("torch.") and qualified not in NOT_TENSORS \
+                            and not qualified.startswith(("torch.cuda.", "torch.backends.")):
+                        for target in node.targets:
+                            if isinstance(target.target, cst.Name):
+                                names.add(target.target.value)
+
+            visit(loop.body, TorchResults())
+            self._tensor_names[id(loop)] = frozenset(names)
+        return self._tensor_names[id(loop)]
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        """``loss.data[0]``: a Python number read from the tensor (the spelling of ``.item()`` before
+        torch 0.4)."""
+        value = node.value
+        if not (isinstance(value, cst.Attribute) and value.attr.value == "data" and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.Integer)):
+            return
+        step = self._step()
+        if step is None or not self._holds_tensor(value, self._tensors(step[0])) \
+                or not self._every_step(node, step[0], explicit=False):
+            return
+        self._report_once(node, f"`{self.ctx.code_for(node)}` reads a number from the tensor (as `.item()` does), "
+                                f"which makes the host wait for the GPU on every training step; keep "
+                                f"`{self.ctx.code_for(value.value)}` on the device and read it {ADVICE}")
 
     def _report_once(self, node: cst.CSTNode, message: str, related_places: tuple = ()) -> None:
         position = self.ctx.statement_position()
@@ -135,8 +174,12 @@ class HostSyncInLoop(Rule):
         loop, _ = step
         what = self._sync(node, loop)
         if what is not None:
-            if self._every_step(node, loop) and not self._feeds_an_environment(node, loop):
+            explicit = method_call(node, *SYNC_METHODS) is not None
+            if self._every_step(node, loop, explicit) and not self._feeds_an_environment(node, loop):
                 shown, advice = what
+                if self._in_a_test():
+                    advice = ("check it on the device, where the step goes on without waiting "
+                              "(`torch._assert_async(...)`), or test it")
                 self._report_once(node, f"`{shown}` makes the host wait for the GPU on every training step; "
                                         f"{advice} {ADVICE}")
             return
@@ -174,6 +217,13 @@ class HostSyncInLoop(Rule):
         elif self.ctx.qualified_name(node.func) in ("torch.cuda.synchronize", "torch.cuda.current_stream.synchronize"):
             return self.ctx.code_for(node), "drop it (measure time with CUDA events), or synchronize"
         return None
+
+    def _in_a_test(self) -> bool:
+        """Is the current node in the test of an ``if``, ``while`` or ``assert``?"""
+        chain = self.ctx.ancestors
+        return any(isinstance(parent, (cst.If, cst.While)) and child is parent.test
+                   or isinstance(parent, cst.Assert) and child is parent.test
+                   for parent, child in zip(chain, chain[1:]))
 
     def _holds_tensor(self, expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
         """The expression is (a view of) a tensor the step backpropagates, not a number read from
@@ -234,40 +284,76 @@ class HostSyncInLoop(Rule):
                 return
 
     def _syncs_here(self, sync, resolved, positional, keywords, node, tensors) -> bool:
-        """Does this call make the helper's sync wait for the GPU? A method sync (``.item()``) or
-        ``torch.cuda.synchronize()`` always does; a conversion, print or format only on a tensor:
-        one the helper computes, or an argument that is one here."""
-        if sync.how in ("method", "synchronize"):
+        """Does this call make the helper's sync wait for the GPU? ``torch.cuda.synchronize()``
+        always does; a sync of a tensor the helper computes too. A sync of a parameter does when
+        the argument here is a tensor: for a method (``val.item()``, which only tensors and arrays
+        have) one that may be a tensor; for a conversion, print or format, a tensor the step
+        computes."""
+        if sync.how == "synchronize":
             return True
         for operand in sync.reads:
-            if operand.kind == TENSOR:
+            if operand.kind == TENSOR or operand.kind != PARAMETER and sync.how == "method":
                 return True
-            if operand.kind == PARAMETER and operand.index is not None:
-                slot = resolved.argument_for(operand.index, len(positional), keywords)
-                argument = positional[slot] if isinstance(slot, int) and 0 <= slot < len(positional) else \
-                    next((a for a in node.args if a.keyword is not None and a.keyword.value == slot), None)
-                if argument is not None and self._holds_tensor(argument.value, tensors):
+            if operand.kind != PARAMETER or operand.index is None:
+                continue
+            for argument in self._arguments_for(operand.index, resolved, positional, keywords, node):
+                if self._holds_tensor(argument, tensors) or sync.how == "method" and self._may_be_tensor(argument):
                     return True
         return False
 
-    def _every_step(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
-        """Runs on every step: not periodic, not a guard, not a log call, not error handling."""
+    def _arguments_for(self, index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:
+        """What the call passes to parameter ``index``: one argument, or for ``**kwargs`` every
+        keyword argument it does not name and every ``**`` splat."""
+        function = resolved.function
+        if index == function.double_star:
+            named = set(function.parameters)
+            return [a.value for a in node.args if a.star == "**" or a.keyword is not None
+                    and a.keyword.value not in named]
+        slot = resolved.argument_for(index, len(positional), keywords)
+        if isinstance(slot, int) and 0 <= slot < len(positional):
+            return [positional[slot].value]
+        return [a.value for a in node.args if a.keyword is not None and a.keyword.value == slot]
+
+    def _may_be_tensor(self, expr: cst.BaseExpression, depth: int = 2) -> bool:
+        """Might the value be a tensor? Not a literal, a number read from one (``.item()``,
+        ``float(...)``, ``len(...)``), the time (``time.time() - start``), or a name the function
+        only assigns such values."""
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            return False
+        if isinstance(expr, cst.Call):
+            callee = self.ctx.qualified_name(expr.func) or dotted_name(expr.func) or ""
+            return not (method_call(expr, "item", "tolist") or callee in NUMBERS or callee.startswith("time."))
+        if isinstance(expr, (cst.BinaryOperation,)):
+            return self._may_be_tensor(expr.left, depth) or self._may_be_tensor(expr.right, depth)
+        if isinstance(expr, cst.UnaryOperation):
+            return self._may_be_tensor(expr.expression, depth)
+        if isinstance(expr, cst.Name) and depth:
+            function = self.ctx.enclosing_function()
+            values = self.ctx.bindings.scope(function if function is not None else self.ctx.module).assigned.get(
+                expr.value, [])
+            return not values or any(v is None or self._may_be_tensor(v, depth - 1) for v in values)
+        return True
+
+    def _every_step(self, node: cst.CSTNode, loop: cst.CSTNode | None, explicit: bool = True) -> bool:
+        """Runs on every step: not periodic, not an explicit guard (``if loss.item() > 1e4:``, which
+        reads the value on purpose; an implicit one, ``if math.isnan(loss):``, is reported), not a
+        log call, not error handling."""
         chain = self.ctx.ancestors[:-1]
         for parent, child in zip(chain, [*chain[1:], node]):
             if parent is loop:
                 continue
-            if isinstance(parent, (cst.If, cst.While)) and child is parent.test:
+            if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is parent.test and explicit:
                 return False  # drives control flow
-            if isinstance(parent, cst.IfExp) and child is parent.test:
+            if isinstance(parent, cst.Assert) and explicit:
                 return False
-            if isinstance(parent, (cst.Assert, cst.ExceptHandler, cst.ExceptStarHandler)):
+            if isinstance(parent, (cst.ExceptHandler, cst.ExceptStarHandler)):
                 return False
             if isinstance(parent, cst.If) and self._periodic(parent.test) and _inside_loop(chain, loop, parent):
                 return False
             if isinstance(parent, cst.Call) and isinstance(parent.func, cst.Attribute) \
                     and parent.func.attr.value in LOG_METHODS and dotted_name(parent.func.value) == "self":
                 return False  # self.log(...): lightning-log-item
-        return not self._assigned_guard(loop)
+        return not explicit or not self._assigned_guard(loop)
 
     def _periodic(self, test: cst.BaseExpression) -> bool:
         """A condition that holds every k-th step: a remainder (``step % 100 == 0``), or a flag the

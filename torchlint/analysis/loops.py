@@ -211,6 +211,33 @@ def calls_model(node: cst.CSTNode) -> bool:
     return finder.found
 
 
+def _statements_outside_loops(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    """The statements of a block and of its nested blocks, not entering nested loops (or
+    functions): what one iteration of the loop runs itself."""
+    found: list[cst.CSTNode] = []
+    for statement in getattr(block, "body", ()):
+        if isinstance(statement, (*LOOPS, *SCOPES)):
+            continue
+        if isinstance(statement, cst.SimpleStatementLine):
+            found.append(statement)
+            continue
+        if isinstance(statement, (cst.If, cst.With, cst.Try)) or hasattr(statement, "body"):
+            test = getattr(statement, "test", None)
+            if test is not None:
+                found.append(test)
+            for field in ("body", "orelse", "finalbody"):
+                part = getattr(statement, field, None)
+                if isinstance(part, (cst.Else, cst.Finally)):
+                    part = part.body
+                if isinstance(part, cst.If):
+                    found += _statements_outside_loops(cst.IndentedBlock(body=[part]))
+                elif part is not None:
+                    found += _statements_outside_loops(part)
+            for handler in getattr(statement, "handlers", ()):
+                found += _statements_outside_loops(handler.body)
+    return found
+
+
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """The calls a subtree makes when it runs (functions defined in it left out)."""
     found: list[cst.Call] = []
@@ -324,15 +351,23 @@ class Loops:
         """The loop around the current node whose every iteration is one training step: the
         innermost enclosing loop (in this function) that calls backward. None when there is none,
         or when that loop also holds another loop that calls backward and the current node is not
-        in it: then the node runs once per pass of that inner loop (an epoch loop)."""
+        in it, unless the loop also calls backward itself (a GAN's generator step around the
+        critic's inner loop): then the node runs once per pass of that inner loop (an epoch loop)."""
         ancestors = {id(node) for node in self.ancestors}
         for loop in self.enclosing_loops():
             if self.backpropagated_names(loop) is None:
                 continue
             inner = [other for other in self.nested_loops(loop)
                      if id(other) not in ancestors and self.backpropagated_names(other) is not None]
-            return None if inner else loop
+            return None if inner and not self._backpropagates_itself(loop) else loop
         return None
+
+    def _backpropagates_itself(self, loop: cst.CSTNode) -> bool:
+        """Does the loop's own body (its nested loops left out) call backward?"""
+        finder = _BackwardFinder(self.bindings)
+        for statement in _statements_outside_loops(loop.body):
+            visit(statement, finder)
+        return finder.found
 
     def nested_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
         """Every for/while loop inside ``loop``'s body (functions defined there left out)."""
