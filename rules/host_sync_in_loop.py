@@ -67,7 +67,7 @@ from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import AST_FUNCTIONS, ast_training_loop_lines, is_periodic_test
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names
+from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -80,6 +80,9 @@ TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
 # Where an environment is stepped: the action it needs must come to the host every step.
 ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
 ADVICE = "every N steps (`if step % N == 0:`)"
+# A function that runs one training step (called from the loop of another function or file)
+STEP_FUNCTION = re.compile(r"(^|_)(optimi[sz]e_parameters|train_step|training_step|train_batch|train_on_batch|"
+                           r"train_one_batch|train_iter|step)$")
 # Builtins that give a Python number
 NUMBERS = frozenset({"float", "int", "len", "round", "abs", "max", "min", "sum", "bool"})
 # torch functions whose result is not a tensor on the device
@@ -103,8 +106,9 @@ class HostSyncInLoop(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(ast_training_loop_lines(index)) or any(f.name == "training_step"
-                                                          for f in index.nodes(*AST_FUNCTIONS))
+        # a training loop, Lightning's training_step, or a step function (`optimize_parameters`)
+        return any(ast_training_loop_lines(index)) or any(
+            f.name == "training_step" or STEP_FUNCTION.search(f.name) for f in index.nodes(*AST_FUNCTIONS))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -120,7 +124,14 @@ class HostSyncInLoop(Rule):
         loop = self.ctx.loops.step_loop()
         if loop is not None:
             return (loop, False) if mentions_cuda(self.ctx.code) else None  # a CPU-only script waits for no GPU
-        return (None, True) if self.ctx.loops.in_training_step() else None
+        if self.ctx.loops.in_training_step():
+            return None, True
+        function = self.ctx.enclosing_function()
+        if function is not None and STEP_FUNCTION.search(function.name.value) and not self.ctx.loops.enclosing_loops() \
+                and self.ctx.loops.backpropagated_names(function.body) is not None:
+            # `def optimize_parameters(self): ... loss.backward()`: one call is one training step
+            return function, False
+        return None
 
     def _tensors(self, loop: cst.CSTNode | None) -> frozenset[str]:
         """Names that hold a tensor on the device in this step: what the loop backpropagates, and
@@ -130,9 +141,12 @@ class HostSyncInLoop(Rule):
         if id(loop) not in self._tensor_names:
             names = set(self.ctx.loops.backpropagated_names(loop) or ())
             bindings = self.ctx.bindings
+            backpropagated = frozenset(names)
 
             class TorchResults(cst.CSTVisitor):
                 def visit_Assign(self, node: cst.Assign) -> None:
+                    if any(isinstance(t.target, cst.Name) and t.target.value in backpropagated for t in node.targets):
+                        names.update(root_names(node.value))  # `loss = loss_l + loss_c`: its parts too
                     qualified = bindings.qualified_name(node.value.func) if isinstance(node.value, cst.Call) else None
                     if qualified and qualified.startswith("torch.") and qualified not in NOT_TENSORS \
                             and not qualified.startswith(("torch.cuda.", "torch.backends.")):
@@ -376,7 +390,7 @@ class HostSyncInLoop(Rule):
             for small in statement.body:
                 if isinstance(small, cst.Assign):
                     for target in small.targets:
-                        targets |= names_in(target.target)
+                        targets |= target_names(target.target)
         if not targets:
             return False
         tests = _Tests()
