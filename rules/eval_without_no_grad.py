@@ -66,6 +66,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, related, where
+from torchlint.analysis.modules import ast_module_holders
 from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
                                      with_item_disables_grad)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
@@ -109,6 +110,7 @@ class EvalWithoutNoGrad(Rule):
         # a model called in a loop (see _model)
         receivers = eval_receivers(index.source)
         loops = ast_loop_lines(index)
+        module_holders = ast_module_holders(index)
         for call in index.nodes(ast.Call):
             if not loops[call.lineno]:
                 continue
@@ -116,7 +118,8 @@ class EvalWithoutNoGrad(Rule):
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
             name = ast_dotted_name(func)
-            if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers):
+            if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers
+                                                or name in module_holders):
                 return True
         # a helper of the project that runs a model with grad on, called in a loop
         return any(loops[call.lineno] and (summary := ast_call_summary(index, call)) is not None
@@ -174,10 +177,14 @@ class EvalWithoutNoGrad(Rule):
         return summary
 
     def _framework_method(self, function: cst.FunctionDef) -> bool:
-        """A method known only by its name (no ``.eval()`` before the loop): frameworks call such
-        methods under their own no_grad (Hugging Face pipelines run ``_forward`` in one)."""
+        """A method known only by its name (no ``.eval()`` before the loop) of a class that derives
+        from another class: its callers choose the grad mode (a module's ``inference`` method; a
+        Hugging Face pipeline's ``_forward``, run under the framework's no_grad). A plain class
+        of the project (``class GAN(object)``) runs its own evaluation."""
         cls = self.ctx.enclosing_class()
-        return cls is not None and function in cls.body.body and not self.ctx.loops.eval_mode_set()
+        if cls is None or function not in cls.body.body or self.ctx.loops.eval_mode_set():
+            return False
+        return any(base.keyword is None and dotted_name(base.value) != "object" for base in cls.bases)
 
     def _wants_grad(self, loop: cst.CSTNode) -> bool:
         """Gradients are asked for in the loop or beside it in its block (a training loop there
@@ -196,7 +203,8 @@ class EvalWithoutNoGrad(Rule):
         name = dotted_name(func)
         if name is None or name == "self":
             return None
-        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers(name):
+        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers(name) \
+                or self.ctx.modules.holds_module(name):
             return name
         return None
 

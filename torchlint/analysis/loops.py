@@ -45,7 +45,8 @@ NO_GRAD_CONTEXTS = frozenset({
 GRAD_SWITCHES = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
                            "torch.autograd.grad_mode.set_grad_enabled"})
 EVAL_FUNCTION = re.compile(
-    r"(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|predict|inference|infer)(_|$)")
+    r"(^|_)(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|predict|inference|infer|"
+    r"extract|extraction|generate|sample|sampling)(_|$)")
 # The last part of a name that holds a model (``model``, ``self.net``, ``text_encoder``) or a
 # loader of batches (``train_loader``, ``val_dataloader``, ``batches``).
 MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|teacher|student)$",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 from functools import cached_property
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.frameworks import LIGHTNING_MODULE_PATHS, lightning_names
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.analysis.walk import visit
 
 CONVOLUTIONS = {f"torch.nn.{module}{kind}{dim}d": dim for module in ("", "modules.conv.")
@@ -37,6 +40,17 @@ class Modules:
         return self.bindings.derived_classes(lambda name: (name or "").startswith("torch.nn.")
                                              or lightning_names(name, *LIGHTNING_MODULE_PATHS))
 
+    def holds_module(self, name: str | None) -> bool:
+        """Is a (dotted) name bound to a module: an instance of one of the file's ``nn.Module``
+        classes or of a ``torch.nn`` layer (``self.G = Generator()``, ``net = nn.Linear(2, 2)``)?"""
+        for value in self.bindings.values(name):
+            if isinstance(value, cst.Call):
+                qualified = self.bindings.qualified_name(value.func) or ""
+                if dotted_name(value.func) in self.classes or qualified.startswith("torch.nn.") \
+                        and qualified.rsplit(".", 1)[-1][:1].isupper():
+                    return True
+        return False
+
     @cached_property
     def convolution_dimensions(self) -> frozenset[int]:
         """The dimensions of the convolutions the file builds (see convolution_dimension)."""
@@ -51,3 +65,19 @@ class Modules:
 
         visit(self.module, Convolutions())
         return frozenset(found)
+
+
+def ast_module_holders(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``Modules.holds_module``: names assigned a call of a class of the file
+    that derives from a ``Module`` (by name), or of a capitalized ``nn.`` layer."""
+    def compute() -> frozenset[str]:
+        classes = {node.name for node in index.classes_deriving("Module", "LightningModule")}
+        found = set()
+        for node in index.nodes(ast.Assign):
+            if isinstance(node.value, ast.Call):
+                callee = ast_dotted_name(node.value.func) or ""
+                last = callee.rsplit(".", 1)[-1]
+                if callee in classes or "." in callee and last[:1].isupper():
+                    found.update(name for target in node.targets if (name := ast_dotted_name(target)))
+        return frozenset(found)
+    return index.memo("module-holders", compute)

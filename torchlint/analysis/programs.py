@@ -3,6 +3,7 @@ a CUDA training script, or test code (where performance advice does not apply)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -12,7 +13,7 @@ import libcst as cst
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
-from torchlint.analysis.syntax import is_main_guard
+from torchlint.analysis.syntax import dotted_name, is_main_guard
 
 
 class Programs:
@@ -73,17 +74,26 @@ class Programs:
 
     def in_test_code(self) -> bool:
         """In a test: a file named ``test_*.py``/``*_test.py``/``conftest.py`` or under a
-        ``tests``/``testing`` folder, a ``test_*`` function, or a method of a ``Test*``/``*Test``/
-        ``TestCase`` class. Performance advice does not apply there."""
+        ``tests``/``testing`` folder (where test runners look), a ``test_*`` function that nothing
+        in the file calls (a test runner's), or a method of a ``unittest`` ``TestCase`` class.
+        Performance advice does not apply there. A ``test_net(...)`` that the script itself calls
+        is evaluation code."""
         if self._test_file:
             return True
         for node in self.ancestors:
-            if isinstance(node, cst.FunctionDef) and node.name.value.startswith("test_"):
-                return True
-            if isinstance(node, cst.ClassDef) and (node.name.value.startswith("Test") or node.name.value.endswith(
-                    ("Test", "Tests", "TestCase"))):
+            if isinstance(node, cst.FunctionDef) and node.name.value.startswith("test_") \
+                    and not self._called(node.name.value):
+                return True  # a test runner's function: nothing in the file calls it
+            if isinstance(node, cst.ClassDef) and any(
+                    (dotted_name(base.value) or "").rsplit(".", 1)[-1].endswith("TestCase") for base in node.bases):
                 return True
         return False
+
+    def _called(self, name: str) -> bool:
+        """Does the file call the function ``name`` itself (``test_net(...)`` in ``__main__``)?"""
+        code = self._code()
+        return len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\(", code)) > len(
+            re.findall(rf"\bdef\s+{re.escape(name)}\s*\(", code))
 
 
 def ast_is_script(index: SyntaxIndex) -> bool:
