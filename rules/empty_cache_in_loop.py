@@ -3,7 +3,10 @@
 
 Finds `torch.cuda.empty_cache()` (and the `torch.mps`, `torch.xpu` and `torch.accelerator`
 versions) called on every iteration of a loop: after each batch of a training, evaluation or
-inference loop.
+inference loop. It also sees the call behind the project's own helpers: a `free_memory()` that
+empties the cache, called on every iteration (in this file or one it imports), is reported at the
+call, with the place inside the helper as related information, and without a fix (removing the
+call would remove the helper's other work too).
 
 ## Why is it slow
 

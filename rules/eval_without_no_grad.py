@@ -3,8 +3,12 @@
 
 Finds a model evaluated batch after batch with autograd still on: a loop that calls the model after
 `model.eval()`, or in a function named like evaluation (`validate`, `evaluate`, `test`,
-`predict`...), that is not under `torch.no_grad()`, `torch.inference_mode()` or
-`torch.set_grad_enabled(False)` (as a `with` block, a decorator, or a statement before the loop).
+`predict`, `generate`, `sample`, `extract_features`...), that is not under `torch.no_grad()`,
+`torch.inference_mode()` or `torch.set_grad_enabled(False)` (as a `with` block, a decorator, or a
+statement before the loop). A model is a callee named like one (`model`, `net`, `encoder`...), a
+name the function puts in eval mode, or a name bound to a module (`self.G = Generator()`); it may
+also run inside a helper the loop calls (`predict(model, x)`, in this file or one it imports),
+which is then reported at the call, with the place inside the helper as related information.
 
 ## Why is it slow
 

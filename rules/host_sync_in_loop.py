@@ -1,10 +1,17 @@
 """
 ## What it does
 
-Finds calls that copy a value from the GPU to the host on every step of a training loop:
-`loss.item()`, `x.cpu()`, `x.numpy()`, `x.tolist()`, and `print(loss)` of the tensor the loop
-backpropagates, in the body of a loop that calls `backward()` (or in a Lightning
-`training_step`).
+Finds reads of a GPU tensor on the host on every step of a training loop: explicit ones
+(`loss.item()`, `x.cpu()`, `x.numpy()`, `x.tolist()`) and implicit ones on the tensors the step
+computes: `print(loss)`, an f-string, `%`- or `.format`-formatting of a tensor, `float(t)`,
+`int(t)`, `bool(t)`, `math.isnan(t)`, `if`/`while`/`assert` on such a conversion, a tensor given to
+TensorBoard's `add_scalar`, the legacy `loss.data[0]`, and `torch.cuda.synchronize()`. It also
+sees them behind the project's own helpers: a `log_step(loss)` or a meter's `update(loss)` that
+calls `.item()` inside, in this file or in one it imports, is reported at the call in the loop
+(that is where each step pays), with the place inside the helper as related information. A step
+is an iteration of a loop that calls `backward()` (also through a function it calls), a Lightning
+`training_step`, or a step function that calls `backward()` once per call (`optimize_parameters`,
+`train_step`), in a script that uses CUDA.
 
 ## Why is it slow
 
@@ -41,10 +48,15 @@ for step, (x, y) in enumerate(loader):
 ## Fix safety
 
 No automatic fix: where and how often to read the values is a decision about the code's output.
-The rule does not fire under a condition that holds every k-th step (`if step % k == 0:`), for a
-value that drives control flow (a NaN guard such as `if loss.item() > 1e4: break`, or a name
-tested by an `if`/`assert`), once per epoch (after an inner training loop), inside `self.log(...)`
-(TL903 `lightning-log-item` covers it), in an `except` block, or in tests.
+The rule does not fire under a condition that holds every k-th step (`if step % k == 0:`, or a
+flag computed that way), for an explicit read that drives control flow (a NaN guard such as
+`if loss.item() > 1e4: break`, or a name tested by an `if`/`assert`: the code reads the value on
+purpose; an implicit one, `if math.isnan(loss):`, is reported with `torch._assert_async` as the
+alternative), for a value an environment needs every step (`envs.step(action.cpu().numpy())`),
+once per epoch (after an inner training loop), inside `self.log(...)` (TL903 `lightning-log-item`
+covers it), in an `except` block, in CPU-only scripts (nothing waits for a GPU there), or in tests.
+A helper's read of its parameter counts only when the argument may be a tensor (not a time, a
+length or a number read with `.item()`).
 
 Off by default: nearly every training script reads its loss every step on purpose for a progress
 bar or a running average, and on a slow model one sync per step costs little, so the rule would

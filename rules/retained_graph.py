@@ -4,7 +4,11 @@
 Finds a tensor that carries autograd history being kept across the iterations of a training loop:
 `losses.append(loss)`, `history["loss"].append(loss)`, `total_loss += loss`,
 `total_loss = total_loss + loss`, where `loss` is the value the loop backpropagates and the
-container or accumulator lives outside the loop.
+container or accumulator lives outside the loop. It also sees the graph kept behind the project's
+own helpers: a meter's `update(loss)` or a history's `add(loss)` that stores its argument in the
+object (`self.sum += val * n`, `self.values.append(value)`), in this file or in one it imports, is
+reported at the call, with the place inside the helper as related information; the fix detaches
+the argument there.
 
 ## Why is it wrong
 
