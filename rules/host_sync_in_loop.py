@@ -26,7 +26,7 @@ says not to call `.item()` in the training loop at all.
 
 ```python
 for step, (x, y) in enumerate(loader):
-    loss = criterion(model(x), y)
+    loss = criterion(model(x.cuda()), y.cuda())
     loss.backward()
     optimizer.step()
     running_loss += loss.item()
@@ -37,7 +37,7 @@ for step, (x, y) in enumerate(loader):
 ```python
 running_loss = torch.zeros((), device="cuda")
 for step, (x, y) in enumerate(loader):
-    loss = criterion(model(x), y)
+    loss = criterion(model(x.cuda()), y.cuda())
     loss.backward()
     optimizer.step()
     running_loss += loss.detach()  # stays on the GPU, no sync
