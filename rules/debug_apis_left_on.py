@@ -161,8 +161,8 @@ class DebugApisLeftOn(Rule):
         return enabled is None or is_literal(enabled.value, True)
 
     def _left_on(self) -> bool:
-        """Not behind a debug flag, not relied on by an error handler, not a test or a gradient
-        check (``torch.autograd.gradcheck`` in the same function)."""
+        """Not behind a debug flag, not relied on by an error handler, not a gradient
+        check (``torch.autograd.gradcheck`` in the same function); tests are left to Rule.report."""
         function = self.ctx.enclosing_function()
         if function is not None and "gradcheck" in self.ctx.code_for(function):
             return False
@@ -173,7 +173,7 @@ class DebugApisLeftOn(Rule):
                 return False
             if isinstance(parent, cst.IfExp):
                 return False
-        return not self.ctx.programs.in_test_code()
+        return True
 
     def _near_backward(self, scope: cst.CSTNode) -> bool:
         """Does the scope run a backward pass (a training loop, a Lightning fit)?"""

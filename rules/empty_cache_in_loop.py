@@ -116,7 +116,7 @@ class EmptyCacheInLoop(Rule):
             if not _clears_cache(helper):
                 return
         loops = self.ctx.loops.enclosing_loops()
-        if not loops or self.ctx.programs.in_test_code() or not self._every_iteration(loops[0]):
+        if not loops or not self._every_iteration(loops[0]):
             return
         if helper is not None:
             effect = helper.clears_cache[0]

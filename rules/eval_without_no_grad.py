@@ -145,7 +145,7 @@ class EvalWithoutNoGrad(Rule):
                 return
             model = dotted_name(node.func)
         loop = self.ctx.loops.evaluation_loop()
-        if loop is None or id(loop) in self._reported or self.ctx.loops.grad_disabled() or self.ctx.programs.in_test_code():
+        if loop is None or id(loop) in self._reported or self.ctx.loops.grad_disabled():
             return
         function = self.ctx.enclosing_function()
         if self._wants_grad(loop) or function is not None and (

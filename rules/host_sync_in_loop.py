@@ -131,8 +131,6 @@ class HostSyncInLoop(Rule):
     def _step(self) -> tuple[cst.CSTNode | None, bool] | None:
         """(the step loop, whether this is a Lightning training_step) around the current node, when
         every step runs it on a GPU; None otherwise."""
-        if self.ctx.programs.in_test_code():
-            return None
         loop = self.ctx.loops.step_loop()
         if loop is not None:
             return (loop, False) if mentions_cuda(self.ctx.code) else None  # a CPU-only script waits for no GPU

@@ -18,6 +18,7 @@ from libcst._nodes.base import CSTNode
 
 from torchlint import guards
 from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.programs import is_test_file
 from torchlint.analysis.syntax import ast_first_line
 from torchlint.analysis.walk import walk
 from torchlint.context import RuleContext, project_modules
@@ -252,6 +253,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     if skip_file(source):
         return []
     rules = settings.rules_for(path) if rules is None else rules
+    if is_test_file(path, getattr(settings, "root", None)):
+        rules = [rule for rule in rules if rule.kind != "performance"]  # see Rule.report
     candidates = [rule for rule in rules if rule.applies(source)]
     if not candidates:
         return _syntax_check(source, path)

@@ -73,6 +73,11 @@ class Rule:
     # reporting -------------------------------------------------------------------------------------
     def report(self, node: cst.CSTNode, message: str, fix: FixSpec | None = None,
                severity: Severity | None = None, related: tuple[Related, ...] = ()) -> None:
+        """Report a finding at ``node``. Performance advice is dropped in test code (a test's speed
+        is not the point; see Programs.in_test_code): correctness, deprecation and migration
+        findings stand there too."""
+        if self.kind == "performance" and self.ctx.programs.in_test_code():
+            return
         self.ctx.reports.append(Report(self, node, message, fix, severity, related))
 
     def fix(self, title: str, *edits: NodeEdit, applicability: str | None = None) -> FixSpec:

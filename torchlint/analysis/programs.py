@@ -62,15 +62,7 @@ class Programs:
 
     @cached_property
     def _test_file(self) -> bool:
-        path = Path(self.path)
-        try:  # folders above the project root say nothing (a checkout in ~/test/)
-            path = path.resolve().relative_to(Path(self.root).resolve()) if self.root is not None else path
-        except (ValueError, OSError):
-            pass
-        parts = path.as_posix().split("/")
-        name = parts[-1]
-        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
-            or any(part in ("tests", "test", "testing") for part in parts[:-1])
+        return is_test_file(self.path, self.root)
 
     def in_test_code(self) -> bool:
         """In a test: a file named ``test_*.py``/``*_test.py``/``conftest.py`` or under a
@@ -94,6 +86,21 @@ class Programs:
         code = self._code()
         return len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\(", code)) > len(
             re.findall(rf"\bdef\s+{re.escape(name)}\s*\(", code))
+
+
+def is_test_file(path: str, root: Path | None) -> bool:
+    """A file where test runners look: ``test_*.py``, ``*_test.py``, ``conftest.py``, or under a
+    ``tests``/``test``/``testing`` folder of the project (folders above the project root say
+    nothing: a checkout in ``~/test/``)."""
+    relative = Path(path)
+    try:
+        relative = relative.resolve().relative_to(Path(root).resolve()) if root is not None else relative
+    except (ValueError, OSError):
+        pass
+    parts = relative.as_posix().split("/")
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
+        or any(part in ("tests", "test", "testing") for part in parts[:-1])
 
 
 def ast_is_script(index: SyntaxIndex) -> bool:
