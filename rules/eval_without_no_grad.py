@@ -71,7 +71,7 @@ import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
-from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
+from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_BUILDER, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
                                      with_item_disables_grad)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.analysis.walk import visit
@@ -169,6 +169,13 @@ class EvalWithoutNoGrad(Rule):
         self.report(node, f"`{model}(...)` runs in an evaluation loop with autograd on: every batch records a graph "
                           f"that is never used (memory and time); {advice}", fix)
 
+    @staticmethod
+    def _method_of_other(func: cst.BaseExpression) -> bool:
+        """``writer.generator(...)``: a method named like a model, of an object that is not one
+        (the model is an attribute of ``self`` or a name, ``self.generator(z)``, ``model(x)``)."""
+        return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value not in ("self", "cls") and not MODEL_NAME.search(func.value.value)
+
     def _forward_helper(self, node: cst.Call):
         """The summary of a helper that runs a model with grad on (``predict(x)``,
         ``generate(z)``), when the call is in a loop: the evaluation loop may be around it."""
@@ -207,8 +214,9 @@ class EvalWithoutNoGrad(Rule):
         name = dotted_name(func)
         if name is None or name == "self":
             return None
-        if MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in self._eval_receivers(name) \
-                or self.ctx.modules.holds_module(name):
+        last = name.rsplit(".", 1)[-1]
+        if MODEL_NAME.search(last) and not MODEL_BUILDER.match(last) and not self._method_of_other(func) \
+                or name in self._eval_receivers(name) or self.ctx.modules.holds_module(name):
             return name
         return None
 

@@ -51,6 +51,11 @@ EVAL_FUNCTION = re.compile(
 # loader of batches (``train_loader``, ``val_dataloader``, ``batches``).
 MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|teacher|student)$",
                         re.IGNORECASE)
+# Functions named for what they do to a model rather than a model: `build_model(cfg)`,
+# `train_model(...)`, `_extract_info_one_model(...)` end like a model's name.
+MODEL_BUILDER = re.compile(r"^_*(build|create|get|make|load|init|setup|prepare|wrap|define|construct|new|save|"
+                           r"train|eval|evaluate|test|run|compute|extract|export|convert|update|apply|print|log|"
+                           r"set|copy|clone|compare|check|is|has|to|from|num|count|unwrap)_", re.IGNORECASE)
 LOADER_NAME = re.compile(r"(^|_)(loader|dataloader|dl|batches|dataset|ds)$", re.IGNORECASE)
 # Wrappers a loop may iterate a loader through: `enumerate(loader)`, `tqdm(loader)`.
 ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",

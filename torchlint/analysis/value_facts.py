@@ -19,7 +19,7 @@ from torchlint.analysis.summaries import (
     ModuleSummary, Operand, Sync, detached, operand, public, union,
 )
 from torchlint.analysis.devices import TENSOR_FACTORIES
-from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_NAME, NO_GRAD_CONTEXTS
+from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
@@ -63,9 +63,6 @@ LAYERS = {f"torch.nn.{path}{name}": name for name in ("Conv1d", "Conv2d", "Conv3
           for path in ("", "modules.conv." if name.startswith("Conv") else "modules.linear.")}
 BIAS_POSITION = {"Linear": 2, "Conv1d": 7, "Conv2d": 7, "Conv3d": 7}
 SEQUENTIALS = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
-# Functions that build a model rather than run one: `build_model(cfg)` is named like a model.
-MODEL_BUILDER = re.compile(r"^(build|create|get|make|load|init|setup|prepare|wrap|define|construct|new|save)_",
-                           re.IGNORECASE)
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -503,8 +500,9 @@ class ExpressionFacts(WalkerState):
 
     def _is_model_call(self, text: str) -> bool:
         """A callee named like a model (``model``, ``self.net``, ``encoder``), or ``self(...)``."""
-        if self.self_name is not None and text in (self.self_name, f"{self.self_name}.forward"):
-            return True
+        if self.self_name is not None and self.kind == "method" and text in (self.self_name,
+                                                                               f"{self.self_name}.forward"):
+            return True  # `self(x)` runs the module; `cls()` in a classmethod builds one
         name = text[:-len(".forward")] if text.endswith(".forward") else text
         last = name.rsplit(".", 1)[-1]
         return bool(MODEL_NAME.search(last)) and not MODEL_BUILDER.match(last)
