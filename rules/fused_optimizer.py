@@ -121,4 +121,5 @@ class FusedOptimizer(Rule):
         if value is not None:
             fix = self.fix("Pass `fused=True`", self.replace(node, set_keyword(node, "fused", parse_expression(value))))
         self.report(node, f"`{optimizer}` updates the parameters with many kernels per step; pass `fused=True` "
-                          "to do the whole update in one kernel", fix)
+                          "to do the whole update in one kernel (a small gain: a few percent of a step, most on "
+                          "large models)", fix)
