@@ -110,6 +110,18 @@ row("sync-on-parameter-vs-python-number", """
         "forward train.py:11 model(x)",
     ])
 
+row("sync-only-if-a-tensor", """
+    import torch
+
+    def learning_rate(scheduler):
+        lr = scheduler.get_last_lr()[0]
+        if torch.is_tensor(lr):
+            lr = lr.item()
+        if isinstance(lr, torch.Tensor):
+            return float(lr)
+        return lr
+    """, ("train.py", "learning_rate", None), [])
+
 row("formatting-and-printing-a-tensor", """
     import torch
 

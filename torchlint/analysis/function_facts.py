@@ -2,8 +2,8 @@
 statements in order (value_facts.py reads the expressions).
 
 What one call does, as documented here: statements under a periodic condition (a remainder test,
-``if step % 100 == 0``, or a test of a flag passed in, ``if log_now:``) contribute no syncs and no
-cache clears (they are left out, not recorded as conditional); ``except`` handlers, code after a
+``if step % 100 == 0``, a test of a flag passed in, ``if log_now:``, or of whether a value is a
+tensor, ``if torch.is_tensor(lr):``) contribute no syncs and no cache clears (they are left out, not recorded as conditional); ``except`` handlers, code after a
 ``return``/``raise``/``break``/``continue`` in the same block, nested functions and lambdas are
 not part of the call; any other condition counts as taken. Never imports or runs the code.
 """
@@ -84,11 +84,13 @@ class FunctionWalker(ExpressionFacts):
         self.block(node.orelse)
 
     def _is_periodic(self, test: ast.AST) -> bool:
-        """Holds every k-th call: a remainder test, or a flag passed in (``if log_now:``)."""
+        """Holds every k-th call, or only for some values: a remainder test, a flag passed in
+        (``if log_now:``), or a test of whether a value is a tensor (``if torch.is_tensor(lr):
+        lr = lr.item()``: defensive code, for values that are usually Python numbers)."""
         flag = test.operand if type(test) is ast.UnaryOp and type(test.op) is ast.Not else test
         if type(flag) is ast.Name and flag.id in self.parameter_index and flag.id != self.self_name:
             return True
-        return is_periodic_remainder(test)
+        return is_periodic_remainder(test) or _tests_for_a_tensor(test)
 
     def _for(self, node: ast.For) -> None:
         ops = self.value(node.iter)
@@ -236,3 +238,15 @@ _STATEMENTS = {
 }
 _ENDS_BLOCK = (ast.Return, ast.Raise, ast.Break, ast.Continue)
 del W
+
+
+def _tests_for_a_tensor(test: ast.AST) -> bool:
+    """``torch.is_tensor(x)``, ``isinstance(x, torch.Tensor)`` anywhere in a condition."""
+    for node in ast.walk(test):
+        if type(node) is ast.Call:
+            name = dotted(node.func) or ""
+            if name.rsplit(".", 1)[-1] == "is_tensor":
+                return True
+            if name == "isinstance" and len(node.args) == 2 and "Tensor" in ast.unparse(node.args[1]):
+                return True
+    return False
