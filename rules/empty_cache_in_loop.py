@@ -67,9 +67,10 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis.calls import ast_call_summary, related, where
-from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, is_periodic_test, iterated_name
-from torchlint.analysis.syntax import dotted_name
+from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
+from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_loop_lines, ast_training_loop_lines,
+                                     calls_model, is_periodic_test, iterated_name)
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.fixes import removal_edit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -79,6 +80,25 @@ EMPTY_CACHE = frozenset({
 })
 EPOCH = re.compile(r"epoch", re.IGNORECASE)
 MEASURES_MEMORY = re.compile(r"reset_peak_memory_stats|max_memory_(allocated|reserved)|memory_(allocated|reserved|stats)\(")
+
+
+def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
+    """The precheck twin of ``_batch_loop``: lines of the loops that train, call something named
+    like a model, or iterate something named like a loader."""
+    training = ast_training_loop_lines(index)
+
+    def batch_loop(loop: ast.AST) -> bool:
+        if training[loop.lineno]:
+            return True
+        iterated = ast_dotted_name(loop.iter) if isinstance(loop, ast.For) else None
+        if iterated is None and isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and loop.iter.args:
+            iterated = ast_dotted_name(loop.iter.args[0])  # enumerate(loader), tqdm(loader)
+        if iterated is not None and LOADER_NAME.search(iterated.rsplit(".", 1)[-1]):
+            return True
+        return any(isinstance(node, ast.Call) and (name := ast_dotted_name(node.func)) is not None
+                   and MODEL_NAME.search(name.rsplit(".", 1)[-1]) for node in ast.walk(loop))
+
+    return index.memo("batch-loop-lines", lambda: index.lines(loop for loop in index.nodes(*AST_LOOPS) if batch_loop(loop)))
 
 
 def _clears_cache(summary) -> bool:
@@ -93,17 +113,18 @@ class EmptyCacheInLoop(Rule):
     summary = "`torch.cuda.empty_cache()` on every iteration of a loop"
     fix_applicability = "safe"
 
-    @classmethod
-    def applies(cls, text: str) -> bool:
-        # the call itself, or a loop whose helper (perhaps in another file) empties the cache
-        return "empty_cache" in text or "for " in text or "while " in text
+    triggers = ("empty_cache",)
+    reaches = ("empty_cache",)  # a helper of another module empties it
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         loops = ast_loop_lines(index)
         if any(loops[call.lineno] for call in index.calls("empty_cache")):
             return True
-        return any(loops[call.lineno] and _clears_cache(ast_call_summary(index, call))
+        if not ast_project_mentions(index, "empty_cache"):
+            return False  # no code the file reaches empties the cache
+        batches = ast_batch_loop_lines(index)
+        return any(batches[call.lineno] and _clears_cache(ast_call_summary(index, call))
                    for call in index.nodes(ast.Call) if isinstance(call.func, (ast.Name, ast.Attribute)))
 
     def visit_Call(self, node: cst.Call) -> None:

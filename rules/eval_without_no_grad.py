@@ -71,9 +71,9 @@ import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
-from torchlint.analysis.loops import (EVAL_FUNCTION, MODEL_BUILDER, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
+from torchlint.analysis.loops import (AST_FUNCTIONS, EVAL_FUNCTION, MODEL_BUILDER, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
                                      with_item_disables_grad)
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.analysis.syntax import ast_dotted_name, ast_is_literal, dotted_name
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -111,13 +111,25 @@ class EvalWithoutNoGrad(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a model called in a loop (see _model)
-        receivers = eval_receivers(index.source)
+        # a model (or a helper that runs one) called in a loop of an evaluation: in a function named
+        # like one, or one that puts something in eval mode (`.eval()`, `.train(False)`), or at
+        # module level after such a call
+        marks = index.lines(call for call in [*index.calls("eval"), *index.calls("train")]
+                            if not call.args and call.func.__class__ is ast.Attribute and call.func.attr == "eval"
+                            or call.args and ast_is_literal(call.args[0], False))
+        functions = index.nodes(*AST_FUNCTIONS)
+        evaluating = index.lines(f for f in functions if EVAL_FUNCTION.search(f.name)
+                                 or any(marks[f.lineno:f.end_lineno + 1]))
+        inside = index.lines(functions)
+        module_level = any(marks[line] and not inside[line] for line in range(len(marks)))
         loops = ast_loop_lines(index)
+        calls = [call for call in index.nodes(ast.Call) if loops[call.lineno]
+                 and (evaluating[call.lineno] or module_level and not inside[call.lineno])]
+        if not calls:
+            return False
+        receivers = eval_receivers(index.source)
         module_holders = ast_module_holders(index)
-        for call in index.nodes(ast.Call):
-            if not loops[call.lineno]:
-                continue
+        for call in calls:
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
@@ -125,9 +137,8 @@ class EvalWithoutNoGrad(Rule):
             if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers
                                                 or name in module_holders):
                 return True
-        # a helper of the project that runs a model with grad on, called in a loop
-        return any(loops[call.lineno] and (summary := ast_call_summary(index, call)) is not None
-                   and summary.forwards_with_grad for call in index.nodes(ast.Call))
+        return any((summary := ast_call_summary(index, call)) is not None and summary.forwards_with_grad
+                   for call in calls)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -137,6 +148,8 @@ class EvalWithoutNoGrad(Rule):
         self._file_receivers: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.loops.enclosing_loops():
+            return  # only a loop evaluates batch after batch
         model = self._model(node)
         helper = None
         if model is None:

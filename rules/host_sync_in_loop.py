@@ -77,7 +77,7 @@ import libcst as cst
 
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
-from torchlint.analysis.loops import AST_FUNCTIONS, ast_training_loop_lines, is_periodic_test
+from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines, is_periodic_test
 from torchlint.analysis.summaries import PARAMETER, TENSOR
 from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
@@ -119,8 +119,11 @@ class HostSyncInLoop(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a training loop, Lightning's training_step, or a step function (`optimize_parameters`)
-        return any(ast_training_loop_lines(index)) or any(
-            f.name == "training_step" or STEP_FUNCTION.search(f.name) for f in index.nodes(*AST_FUNCTIONS))
+        if any(ast_training_loop_lines(index)):
+            return True
+        backward = index.lines(index.calls(*BACKWARD_CALLEES))
+        return any(f.name == "training_step" or STEP_FUNCTION.search(f.name) and any(backward[f.lineno:f.end_lineno + 1])
+                   for f in index.nodes(*AST_FUNCTIONS))
 
     def __init__(self, ctx):
         super().__init__(ctx)

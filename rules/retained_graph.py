@@ -62,7 +62,7 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.calls import ast_call_summary, related, where
+from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER
 from torchlint.analysis.syntax import dotted_name, root_names, target_names
@@ -159,6 +159,8 @@ class RetainedGraph(Rule):
         if any(training[node.lineno] for node in kept):
             return True
         # a helper called in the loop keeps its argument (`meter.update(loss)`)
+        if not (ast_project_mentions(index, "append") or ast_project_mentions(index, "+=")):
+            return False
         return any(training[call.lineno] and (summary := ast_call_summary(index, call)) is not None
                    and any(keep.with_graph for keep in summary.keeps) for call in index.nodes(ast.Call))
 

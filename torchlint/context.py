@@ -22,7 +22,7 @@ from torchlint.analysis.loops import Loops
 from torchlint.analysis.modules import Modules
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.programs import Programs
-from torchlint.analysis.syntax import code_text, dotted_name
+from torchlint.analysis.syntax import code_text, dotted_name, function_parameters
 from torchlint.analysis.versions import at_least
 
 if TYPE_CHECKING:
@@ -108,14 +108,12 @@ class RuleContext:
 
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
         """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports;
-        None when the enclosing function binds the name itself (``def f(torch): torch.cuda...``)."""
+        None when the enclosing function takes the name as a parameter (``def f(torch): ...``)."""
         qualified = self.bindings.qualified_name(expr)
         if qualified is not None:
             function = self.enclosing_function()
-            if function is not None:
-                head = dotted_name(expr).split(".", 1)[0]
-                if head in self.bindings.scope(function).assigned:
-                    return None
+            if function is not None and dotted_name(expr).split(".", 1)[0] in function_parameters(function):
+                return None
         return qualified
 
     def code_for(self, node: cst.CSTNode) -> str:

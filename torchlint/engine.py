@@ -255,7 +255,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     rules = settings.rules_for(path) if rules is None else rules
     if is_test_file(path, getattr(settings, "root", None)):
         rules = [rule for rule in rules if rule.kind != "performance"]  # see Rule.report
-    candidates = [rule for rule in rules if rule.applies(source)]
+    candidates = [rule for rule in rules if rule.applies(source) or rule.reaches and _reaches(rule, path, source,
+                                                                                             settings)]
     if not candidates:
         return _syntax_check(source, path)
     tree, refused = _python_tree(source, path)
@@ -296,6 +297,13 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         # fix nothing
         diagnostics = [replace(d, fix=None) for d in diagnostics]
     return sorted(apply_noqa(source, diagnostics), key=lambda d: d.sort_key)
+
+
+def _reaches(rule: type[Rule], path: str, source: str, settings) -> bool:
+    """Does the file import (transitively) a project module whose text holds one of the rule's
+    ``reaches`` words? Text only: no parse."""
+    project = project_modules(settings)
+    return any(project.mentions(path, word, source) for word in rule.reaches)
 
 
 def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings, path: str = "<string>",

@@ -59,6 +59,9 @@ class Rule:
     torch_versions: ClassVar[str] = ""  # e.g. "<2.0": the rule is silent outside it
     lightning_versions: ClassVar[str] = ""
     triggers: ClassVar[tuple[str, ...]] = ()  # the default `applies`: the raw text contains one of these
+    # Words (analysis/project.WORDS) that let the rule fire through the project's own modules: a file
+    # that `applies` rejects still reaches the rule when a module it imports contains one of them.
+    reaches: ClassVar[tuple[str, ...]] = ()
     default_enabled: ClassVar[bool] = True
     # option name -> (type, default, description); read with self.option(name)
     options: ClassVar[dict[str, tuple[type, Any, str]]] = {}

@@ -67,6 +67,15 @@ class Calls:
             self.project.release(self.path)
 
 
+def ast_project_mentions(index: SyntaxIndex, word: str) -> bool:
+    """Could a call in the file reach project code that contains ``word`` (see
+    ProjectModules.mentions)? Always True when the index knows no project: a precheck may only
+    say no when it is sure."""
+    if index.project is None or index.path is None:
+        return True
+    return index.memo(("mentions", word), lambda: index.project.mentions(index.path, word, index.source))
+
+
 def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | None:
     """The precheck twin of ``Calls.summary``: what a call on CPython's tree does, when the index
     knows the file's project (None otherwise, and for calls of what is not the project's own)."""

@@ -21,6 +21,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +30,14 @@ from torchlint.analysis.callgraph import Summaries
 from torchlint.analysis.function_facts import summarize_module
 from torchlint.analysis.summaries import SUMMARY_VERSION, ModuleSummary
 from torchlint.fileio import SourceDecodeError, decode_source
+
+
+# The words ``mentions`` answers for: what a helper must contain to do what some rule looks for.
+WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "print(", "format(", "synchronize",
+         "float(", "add_scalar")
+# `import a.b, c as d` and `from ..a import b, c` at the start of a line (statements in blocks too)
+_IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
+                          r"[ \t]+import[ \t]+\(?(?P<names>[\w., \t]+))", re.MULTILINE)
 
 
 class ProjectModules:
@@ -42,6 +51,9 @@ class ProjectModules:
         self._by_content: dict[tuple[str, str], ModuleSummary | None] = {}
         self._found: dict[tuple[str, str], str | None] = {}
         self._package_roots: dict[str, str] = {}
+        self._texts: dict[str, tuple[frozenset[str], list[tuple[str, int]]]] = {}
+        self._unreached: set[tuple[str, str]] = set()
+        self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file  # (file, word): nothing the file reaches holds it
 
     @cached_property
     def summaries(self) -> Summaries:
@@ -85,6 +97,9 @@ class ProjectModules:
         """Drop the files that changed on disk since they were read (and every transitive
         summary); returns their paths."""
         changed = [path for path, (_, _, stamp) in self._loaded.items() if stamp is not None and _stamp(path) != stamp]
+        self._texts.clear()  # the text-level gates (``mentions``) read the files anew: cheap
+        self._unreached.clear()
+        self._imports.clear()
         for path in changed:
             del self._loaded[path]
         if changed:
@@ -168,10 +183,71 @@ class ProjectModules:
 
     # -- imports
 
+    def mentions(self, path: str, word: str, source: str | None = None) -> bool:
+        """Could a call in ``path`` reach code that contains ``word`` (one of ``WORDS``)? True when
+        the file's text, or that of a project module it imports (transitively, by the imports its
+        text names), contains it: a cheap gate before asking summaries, reading text only."""
+        assert word in WORDS, word
+        path = os.path.abspath(path)
+        if source is None and (path, word) in self._unreached:
+            return False
+        seen: set[str] = set()
+        stack = [(path, source)]
+        while stack:
+            current, text = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if (current, word) in self._unreached and current != path:
+                continue  # explored before: nothing it reaches holds the word
+            words, imports = self._text_index(current, text)
+            if word in words:
+                return True
+            for module, level in imports:
+                found = self.resolve_import(current, module, level)
+                if found is not None and found not in seen:
+                    stack.append((os.path.abspath(found), None))
+        # every file explored reaches only files explored: none of them reaches the word (the
+        # linted text itself, given as `source`, may differ from its file: it is not remembered)
+        self._unreached.update((other, word) for other in seen if other != path or source is None)
+        return False
+
+    def _text_index(self, path: str, text: str | None) -> tuple[frozenset[str], list[tuple[str, int]]]:
+        """Which of ``WORDS`` a file's text holds, and the modules its import statements name (by a
+        regular expression over the text: no parse), kept per path for the text given or read."""
+        if text is None:
+            cached = self._texts.get(path)
+            if cached is not None:
+                return cached
+            try:
+                text = decode_source(Path(path).read_bytes())[0]
+            except (OSError, SourceDecodeError):
+                text = ""
+        imports = []
+        for match in _IMPORT_TEXT.finditer(text):
+            dots, module, names = match.group("dots") or "", match.group("module") or "", match.group("names")
+            if match.group("plain"):
+                imports += [(name.strip().split(" ")[0], 0) for name in match.group("plain").split(",") if name.strip()]
+            elif module:
+                imports.append((module, len(dots)))
+                imports += [(f"{module}.{name.strip().split(' ')[0]}", len(dots)) for name in names.split(",")
+                            if name.strip() and name.strip() != "*"]
+            else:  # `from . import utils`
+                imports += [(name.strip().split(" ")[0], len(dots)) for name in names.split(",") if name.strip()]
+        result = (frozenset(word for word in WORDS if word in text), imports)
+        self._texts[path] = result
+        return result
+
     def resolve_import(self, path: str, module: str, level: int = 0) -> str | None:
         """The project file that ``import module`` (``level`` dots for a relative import) in
         file ``path`` names, or None."""
         folder = os.path.dirname(path)
+        key = (folder, module, level)
+        if key not in self._imports:
+            self._imports[key] = self._resolve_import(folder, module, level)
+        return self._imports[key]
+
+    def _resolve_import(self, folder: str, module: str, level: int) -> str | None:
         if level:
             for _ in range(level - 1):
                 folder = os.path.dirname(folder)
