@@ -4,8 +4,9 @@ The profile run (see ``profiling``) sums, per line of the script, the time of ho
 from the host, DataLoader waits, optimizer steps, ``zero_grad`` and ``empty_cache`` calls. A
 finding is charged what was measured on the lines it spans: a ``.item()`` finding the sync on its
 line, a DataLoader finding the waits of the loader built there, a fused-optimizer finding the
-steps of the optimizer built there. Two findings on the same line are each charged that line's
-cost (they are about the same code). A finding on lines where nothing was measured is listed
+steps of the optimizer built there. A finding that spans a block (a loop, a whole script) is
+charged only its first line: the costs inside the block are other lines' findings. Two findings
+on the same line are each charged that line's cost (they are about the same code). A finding on lines where nothing was measured is listed
 as having no measurable cost: either it costs nothing here (a CUDA-only cost on the CPU) or its
 cost is not one the profiler separates (a conv bias inside the convolution).
 """
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 from torchlint.diagnostics import Diagnostic
 from torchlint.harness.runner import RunResult
+
+MAX_CHARGED_LINES = 4  # a call written over a few lines is one finding; a longer span is a block
 
 CATEGORY_NAMES = {
     "host-sync": "host sync",
@@ -73,6 +76,8 @@ def attribute_findings(diagnostics: list[Diagnostic], run: RunResult) -> Profile
 
 def _charge(diagnostic: Diagnostic, costs: list[dict], steps: int, step_ms: float) -> ProfiledFinding:
     first, last = diagnostic.line + 1, diagnostic.end_line + 1
+    if last - first >= MAX_CHARGED_LINES:
+        last = first
     charged = [cost for cost in costs if cost["line"] is not None and first <= cost["line"] <= last]
     ms = sum(cost["us"] for cost in charged) / 1e3 / steps
     what = [f"{CATEGORY_NAMES.get(cost['category'], cost['category'])} x{cost['count'] / steps:g}/step"

@@ -54,9 +54,7 @@ class FixUnit:
     source: str
     grouped: str | None = None  # why these fixes are measured together, when they are several
 
-    @property
-    def label(self) -> str:
-        return ", ".join(f"{fix.code}:{fix.line}" for fix in self.fixes)
+    label: str = ""  # "TL101:43", with the column where two fixes of a rule share a line: "TL701:32:9"
 
 
 class _OriginalOffsets:
@@ -145,6 +143,8 @@ def fix_units(text: str, path: str, settings, everything: FixRun) -> list[FixUni
     alone where it applies alone, else its rule's fixes together, else all fixes together."""
     units: list[FixUnit] = []
     placed: set[FixId] = set()
+    shared_lines = {(a.code, a.line) for a in everything.applied for b in everything.applied
+                    if a != b and (a.code, a.line) == (b.code, b.line)}
     for fix_id in everything.applied:
         if fix_id in placed:
             continue
@@ -152,6 +152,8 @@ def fix_units(text: str, path: str, settings, everything: FixRun) -> list[FixUni
             _rule_group(text, path, settings, everything, fix_id.code) or \
             FixUnit(tuple(everything.applied), list(everything.applied.values()), everything.source,
                     grouped="it applies only together with all the other fixes")
+        unit.label = ", ".join(f"{i.code}:{i.line}" + (f":{i.col + 1}" if (i.code, i.line) in shared_lines else "")
+                               for i in unit.ids)
         units.append(unit)
         placed.update(unit.ids)
     return units

@@ -189,35 +189,39 @@ class StepProfiler:
 
 
 def attribute(roots, lines: ScriptLines) -> list[dict]:
-    """Sum the measured categories per (category, script line), outermost events only."""
+    """Sum the measured categories per (category, script line), outermost events only.
+
+    Containment is by time on the thread, not by the tree: an annotation opened in one Python
+    frame (an optimizer step pre-hook) is not the parent of the operations that run after it in
+    the tree, but it spans them in time."""
     from torch._C._profiler import _EventType
 
     python_calls = (_EventType.PyCall, _EventType.PyCCall)
-    totals: dict[tuple[str, int | None], dict] = defaultdict(lambda: {"us": 0.0, "count": 0, "ops": 0})
-    stack = [(root, None) for root in reversed(roots)]
+    measured, operators = [], []  # (start, end, thread, kind, line); (start, thread) of outermost aten ops
+    stack = [(root, None, False) for root in reversed(roots)]
     while stack:
-        node, line = stack.pop()
+        node, line, in_operator = stack.pop()
         if node.tag in python_calls and lines.is_script(node.extra_fields.caller.file_name):
             line = node.extra_fields.caller.line_number
+        thread = getattr(node, "start_tid", 0)
         kind = category(node.name)
-        if kind is None:
-            stack.extend((child, line) for child in reversed(node.children))
-            continue
-        where = _annotated_line(node.name) if node.name.startswith(ANNOTATION) else line
+        if kind is not None:
+            where = _annotated_line(node.name) if node.name.startswith(ANNOTATION) else line
+            measured.append((node.start_time_ns, node.end_time_ns, thread, kind, where))
+        is_operator = node.name.startswith("aten::")
+        if is_operator and not in_operator:
+            operators.append((node.start_time_ns, thread))
+        stack.extend((child, line, in_operator or is_operator) for child in reversed(node.children))
+
+    totals: dict[tuple[str, int | None], dict] = defaultdict(lambda: {"us": 0.0, "count": 0, "ops": 0})
+    outer: dict[int, int] = {}  # thread -> end of the outermost measured event open on it
+    for start, end, thread, kind, where in sorted(measured, key=lambda event: (event[0], -event[1])):
+        if start < outer.get(thread, -1):
+            continue  # inside a measured event: counted there
+        outer[thread] = end
         total = totals[(kind, where)]
-        total["us"] += max(0, node.end_time_ns - node.start_time_ns) / 1e3
+        total["us"] += max(0, end - start) / 1e3
         total["count"] += 1
-        total["ops"] += _count_ops(node)
+        if kind == "optimizer-step":
+            total["ops"] += sum(1 for op_start, op_thread in operators if op_thread == thread and start <= op_start < end)
     return [{"category": kind, "line": where, **total} for (kind, where), total in totals.items()]
-
-
-def _count_ops(node) -> int:
-    """The operators an event runs (outermost ``aten::`` calls only, not their inner calls)."""
-    count, stack = 0, list(node.children)
-    while stack:
-        child = stack.pop()
-        if child.name.startswith("aten::"):
-            count += 1
-        else:
-            stack.extend(child.children)
-    return count
