@@ -551,3 +551,21 @@ def test_profile_ranks_the_loader_first_and_lists_the_host_sync(tmp_path):
     tf32 = next(entry for entry in profile if entry["code"] == "TL705")  # a CUDA-only gain: nothing to measure
     assert not tf32["measured"] and tf32["ms_per_step"] == 0 and profile[-1] == tf32
     assert [entry["ms_per_step"] for entry in profile] == sorted((e["ms_per_step"] for e in profile), reverse=True)
+
+
+def test_lightning_script_needs_its_migration_then_its_other_fix_is_verified(tmp_path):
+    pytest.importorskip("pytorch_lightning", reason="the Lightning reference script needs pytorch_lightning")
+    exit_code, report = verification("lightning_old_trainer.py")
+    assert exit_code == 2 and report["verdict"] == "error"
+    assert report["reasons"] == ["the original script does not run: TypeError: Trainer.__init__() got an "
+                                 "unexpected keyword argument 'gpus'"]
+    # With only its Trainer arguments migrated (TL901), the script runs, and TL903's safe fix is verified.
+    source = TRAINING / "lightning_old_trainer.py"
+    migrated = fix_plan.apply_fixes(source.read_text(encoding="utf-8"), str(source),
+                                    resolve_settings(source, select=["TL901"])).source
+    script = write_script(tmp_path, migrated)
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "10", "--each", str(script))
+    report = json.loads(stdout)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
+    assert [(f["code"], f["verdict"]) for f in report["per_fix"]] == [("TL903", "pass")]
+    assert report["per_fix"][0]["loss_max_rel_diff"] == 0

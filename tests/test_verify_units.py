@@ -171,3 +171,19 @@ def test_planted_rule_goes_through_the_same_rounds(monkeypatch, tmp_path):
     everything = fix_plan.apply_fixes(TWO_LEAKS, "train.py", settings_for(tmp_path))
     assert [i.code for i in everything.applied] == ["TL998"]
     assert "lr=0.01" in everything.source
+
+
+def test_fixes_that_need_another_rules_fix_are_measured_with_it_and_reported_once():
+    # mlp_move.py: TL203's non_blocking copies exist only once TL602 has pinned the loader.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "training" / "mlp_move.py"
+    text = script.read_text(encoding="utf-8")
+    settings = resolve_settings(script)
+    everything = fix_plan.apply_fixes(text, str(script), settings)
+    units = fix_plan.fix_units(text, str(script), settings, everything)
+    reported = [fix_id for unit in units for fix_id in unit.ids]
+    assert sorted(reported) == sorted(everything.applied)  # every fix once
+    dependent = next(unit for unit in units if unit.fixes[0].code == "TL203")
+    assert dependent.source == everything.source and "after other fixes" in dependent.grouped
+    assert {fix.code for fix in dependent.with_others} >= {"TL602"}

@@ -10,9 +10,10 @@ there is no GPU (CI), the bootstrap maps those calls to the CPU:
   ``"cpu"`` in every torch function, factory functions included, and so does the device argument
   of ``Tensor.to`` (and so of ``Module.to``);
 - ``torch.cuda.is_available()`` is False and ``torch.cuda.device_count()`` is 0, and the
-  ``torch.cuda`` calls that need a device (``synchronize``, ``set_device``, ``current_device``)
-  do nothing, so scripts that branch on them take their CPU path.
-
+  ``torch.cuda`` calls that need a device (``synchronize``, ``set_device``, ``current_device``,
+  resetting the allocator's peak statistics) do nothing, and its memory counters
+  (``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``, ``max_memory_reserved``)
+  read 0, so scripts that branch on them take their CPU path and scripts that print them run;
 - a CUDA autocast region (``torch.autocast("cuda")``, ``torch.amp.autocast("cuda")``,
   ``torch.cuda.amp.autocast()``, as a context or a decorator) keeps CUDA autocast's op policy:
   torch would disable it with a warning where CUDA is absent; here the region turns on the
@@ -124,6 +125,10 @@ def install() -> CudaToCpu:
     torch.cuda.synchronize = _does_nothing()
     torch.cuda.set_device = _does_nothing()
     torch.cuda.current_device = lambda: 0
+    for name in ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached"):
+        setattr(torch.cuda, name, _does_nothing())
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        setattr(torch.cuda, name, lambda *args, **kwargs: 0)
     mode = CudaToCpu()
     keep_cuda_autocast_policy(mode)
     mode.__enter__()  # stays on until the process ends

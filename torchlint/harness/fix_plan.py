@@ -19,7 +19,7 @@ measured only with all the others.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from torchlint.diagnostics import Diagnostic, Edit, SourceText, apply_edits
@@ -53,6 +53,8 @@ class FixUnit:
     fixes: list[AppliedFix]
     source: str
     grouped: str | None = None  # why these fixes are measured together, when they are several
+    # fixes applied too but reported in units of their own: those these fixes need to apply at all
+    with_others: list[AppliedFix] = field(default_factory=list)
 
     label: str = ""  # "TL101:43", with the column where two fixes of a rule share a line: "TL701:32:9"
 
@@ -149,14 +151,23 @@ def fix_units(text: str, path: str, settings, everything: FixRun) -> list[FixUni
         if fix_id in placed:
             continue
         unit = _alone(text, path, settings, everything, fix_id) or \
-            _rule_group(text, path, settings, everything, fix_id.code) or \
-            FixUnit(tuple(everything.applied), list(everything.applied.values()), everything.source,
-                    grouped="it applies only together with all the other fixes")
+            _rule_group(text, path, settings, everything, fix_id.code, placed) or \
+            _with_all(everything, fix_id.code, placed)
         unit.label = ", ".join(f"{i.code}:{i.line}" + (f":{i.col + 1}" if (i.code, i.line) in shared_lines else "")
                                for i in unit.ids)
         units.append(unit)
         placed.update(unit.ids)
     return units
+
+
+def _with_all(everything: FixRun, code: str, placed: set[FixId]) -> FixUnit:
+    """The rule's fixes that apply only after other fixes (a non_blocking copy needs the pinned
+    loader another rule's fix makes), measured with all the fixes applied."""
+    ids = tuple(fix_id for fix_id in everything.applied if fix_id.code == code and fix_id not in placed)
+    others = [fix for fix_id, fix in everything.applied.items() if fix_id not in ids]
+    return FixUnit(ids, [everything.applied[fix_id] for fix_id in ids], everything.source,
+                   grouped="they apply only after other fixes, so they were measured with all the fixes",
+                   with_others=others)
 
 
 def _alone(text: str, path: str, settings, everything: FixRun, fix_id: FixId) -> FixUnit | None:
@@ -169,13 +180,17 @@ def _alone(text: str, path: str, settings, everything: FixRun, fix_id: FixId) ->
     return FixUnit((fix_id,), [everything.applied[fix_id]], run.source)
 
 
-def _rule_group(text: str, path: str, settings, everything: FixRun, code: str) -> FixUnit | None:
-    ids = tuple(fix_id for fix_id in everything.applied if fix_id.code == code)
+def _rule_group(text: str, path: str, settings, everything: FixRun, code: str, placed: set[FixId]) -> FixUnit | None:
+    """The rule's fixes applied together; those already measured in a unit of their own are
+    applied too but not reported again."""
+    group = tuple(fix_id for fix_id in everything.applied if fix_id.code == code)
     try:
-        run = apply_fixes(text, path, settings, lambda candidate: candidate in ids)
+        run = apply_fixes(text, path, settings, lambda candidate: candidate in group)
     except FixError:
         return None
-    if set(run.applied) != set(ids):
+    if set(run.applied) != set(group):
         return None
+    ids = tuple(fix_id for fix_id in group if fix_id not in placed)
     return FixUnit(ids, [everything.applied[fix_id] for fix_id in ids], run.source,
-                   grouped=None if len(ids) == 1 else f"the {code} fixes apply only together")
+                   grouped=f"the {code} fixes apply only together",
+                   with_others=[everything.applied[fix_id] for fix_id in group if fix_id in placed])

@@ -46,6 +46,19 @@ class Comparison:
     def worse(self) -> bool:
         return self.change in ("slower", "more")
 
+    @property
+    def better(self) -> bool:
+        return self.change in ("faster", "less")
+
+    def describe(self, in_bytes: bool = False) -> str:
+        """``1.030x (no measured change, noise +/-4.0%)``; ``in_bytes``: a difference of bytes."""
+        if self.value is None:
+            return self.change
+        if in_bytes:
+            return f"{self.value / 1024:+.1f} KiB ({self.change}, noise {self.noise / 1024:.1f} KiB)"
+        noise = "noise not measured" if self.noise is None else f"noise +/-{self.noise:.1%}"
+        return f"{self.value:.3f}x ({self.change}, {noise})"
+
     def to_json(self) -> dict:
         return {"value": self.value, "noise": self.noise, "change": self.change}
 

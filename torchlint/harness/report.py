@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torchlint.harness.measures import NO_CHANGE, Comparison
+from torchlint.harness.measures import NO_CHANGE, Comparison, step_time_spread
 from torchlint.harness.runner import RunResult
 from torchlint.harness.verify import FixMeasurement, VerifyReport
 
@@ -75,10 +75,11 @@ def _per_fix_json(measurement: FixMeasurement) -> list[dict]:
         "reasons": measurement.verdict.reasons,
         "why_kept": measurement.why,
     }
-    fixes = measurement.unit.fixes
+    unit = measurement.unit
     return [{"code": fix.code, "line": fix.line, "applicability": fix.applicability,
-             "measured_with": [f"{other.code}:{other.line}" for other in fixes if other is not fix],
-             **shared} for fix in fixes]
+             "measured_with": [f"{other.code}:{other.line}" for other in [*unit.fixes, *unit.with_others]
+                               if other is not fix],
+             **shared} for fix in unit.fixes]
 
 
 def format_json(report: VerifyReport) -> str:
@@ -97,6 +98,11 @@ def format_bytes(count: int | None, signed: bool = False) -> str:
     return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
 
 
+def _spread(run: RunResult) -> str:
+    spread = step_time_spread(run)
+    return "-" if spread is None else f"+/-{spread:.1%}"
+
+
 def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
@@ -113,6 +119,7 @@ def _rows(report: VerifyReport, runs: dict[str, RunResult]) -> list[tuple[str, l
         ("first loss", each(lambda r: _loss(r.losses[0] if r.losses else None))),
         ("last loss", each(lambda r: _loss(r.losses[-1] if r.losses else None))),
         ("median step time", each(lambda r: "-" if r.step_time_s is None else f"{r.step_time_s * 1e3:.2f} ms")),
+        ("its standard error", each(_spread)),
         (PEAK_MEMORY_LABELS.get(report.device, "peak memory"), each(lambda r: format_bytes(r.peak_memory_bytes))),
         (f"memory growth ({memory_measure_name(measure)})",
          each(lambda r: format_bytes(r.memory_growth_bytes, signed=True))),
@@ -124,19 +131,6 @@ RUN_TITLES = {"original_noise": "original, seeds+1"}
 
 def run_title(label: str) -> str:
     return RUN_TITLES.get(label, label.replace("_", " "))
-
-
-def describe(name: str, comparison: Comparison) -> str:
-    """``1.03x (no measured change, noise +/-4.0%)``: a ratio is a gain or a loss only outside its noise."""
-    if comparison.value is None:
-        return "not measured"
-    if name == "memory growth":
-        value = format_bytes(int(comparison.value), signed=True)
-        noise = f"noise {format_bytes(int(comparison.noise))}"
-    else:
-        value = f"{comparison.value:.3f}x"
-        noise = "noise not measured" if comparison.noise is None else f"noise +/-{comparison.noise:.1%}"
-    return f"{value} ({comparison.change}, {noise})"
 
 
 def format_text(report: VerifyReport) -> str:
@@ -159,7 +153,7 @@ def format_text(report: VerifyReport) -> str:
     lines.append("")
     if report.comparisons:
         lines.append("fixed against original:")
-        lines += [f"  {name.replace('_', ' ')}: {describe(name.replace('_', ' '), comparison)}"
+        lines += [f"  {name.replace('_', ' ')}: {comparison.describe(in_bytes=name == 'memory_growth')}"
                   for name, comparison in report.comparisons.items()]
         lines.append("")
 

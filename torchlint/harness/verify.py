@@ -243,11 +243,11 @@ def _compare(runs: _Runs, report: VerifyReport, fixed: RunResult, label: str, so
 
 def _measure_unit(runs: _Runs, report: VerifyReport, unit: FixUnit, number: int, noise_run: RunResult | None,
                   all_fixed: RunResult, all_verdict: Verdict) -> FixMeasurement:
-    if len(unit.fixes) == len(report.fixes):
-        # this unit is all the fixes: its run and measures are the fixed run's
+    if len(unit.fixes) + len(unit.with_others) == len(report.fixes):
+        # this unit applies all the fixes: its run and measures are the fixed run's
         run, verdict, comparisons = all_fixed, all_verdict, report.comparisons
     else:
-        run, verdict = _run_fixes(runs, report, f"fix {number}", unit.source, unit.fixes)
+        run, verdict = _run_fixes(runs, report, f"fix {number}", unit.source, [*unit.fixes, *unit.with_others])
         comparisons = _compare(runs, report, run, f"fix {number}", unit.source, noise_run)
     original = report.runs["original"]
     measurement = FixMeasurement(unit, verdict, loss_max_rel_diff(original.losses, run.losses),
@@ -261,22 +261,14 @@ def _keep_decision(measurement: FixMeasurement) -> tuple[bool, str]:
     """Keep a fix that passes and measures no worse than the original beyond noise."""
     if measurement.verdict.name != PASS:
         return False, f"its verdict is {measurement.verdict.name}: {measurement.verdict.reasons[-1]}"
-    worse = [f"{name} {comparison.change} ({_ratio_text(name, comparison)})"
-             for name, comparison in (("step time", measurement.step_time), ("peak memory", measurement.peak_memory),
-                                      ("memory growth", measurement.memory_growth)) if comparison.worse]
+    measured = {"step time": measurement.step_time, "peak memory": measurement.peak_memory,
+                "memory growth": measurement.memory_growth}
+    worse = [f"{name} {c.describe(in_bytes=name == 'memory growth')}" for name, c in measured.items() if c.worse]
     if worse:
         return False, "it passes but measures worse: " + "; ".join(worse)
-    better = [f"{name} {comparison.change}" for name, comparison in
-              (("step time", measurement.step_time), ("peak memory", measurement.peak_memory),
-               ("memory growth", measurement.memory_growth)) if comparison.change in ("faster", "less")]
+    better = [f"{name} {c.change}" for name, c in measured.items() if c.better]
     return True, "it passes" + (f" and measures better: {', '.join(better)}" if better
                                 else ", with no measured change in step time or memory")
-
-
-def _ratio_text(name: str, comparison: Comparison) -> str:
-    if name == "memory growth":
-        return f"{comparison.value / 1024:+.0f} KiB, noise {comparison.noise / 1024:.0f} KiB"
-    return f"{comparison.value:.3f}x, noise +/-{comparison.noise:.1%}"
 
 
 def _keep(report: VerifyReport, runs: _Runs, original_file: SourceFile, settings) -> KeepResult:
