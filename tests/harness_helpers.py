@@ -14,23 +14,41 @@ from torchlint.rule import Rule
 OPTIMIZERS = ("torch.optim.SGD", "torch.optim.Adam", "torch.optim.AdamW")
 
 
-class _SetLearningRate(Rule):
-    """Replaces a literal learning rate passed to an optimizer by ``new_lr`` (once: the engine
-    re-lints fixed code until nothing is left to fix)."""
+class _RewriteLearningRate(Rule):
+    """Rewrites a literal learning rate passed to an optimizer as ``template`` (with ``{lr}``), once:
+    the engine re-lints fixed code until nothing is left to fix, so a rewrite that is still a
+    literal must be recognised as done (``done``)."""
 
     kind = "correctness"
     triggers = ("lr",)
-    new_lr: ClassVar[float]
+    fix_applicability = "unsafe"
+    template: ClassVar[str]
+
+    def done(self, value: float) -> bool:
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) not in OPTIMIZERS:
             return
         lr = argument(node, "lr", 1)
         if lr is None or not isinstance(lr.value, (cst.Float, cst.Integer)) or \
-                float(lr.value.evaluated_value) == self.new_lr:
+                self.done(float(lr.value.evaluated_value)):
             return
-        self.report(node, f"planted: lr becomes {self.new_lr!r}",
-                    self.fix("Change the learning rate", self.replace(lr.value, repr(self.new_lr))))
+        self.report(node, f"planted: lr becomes {self.template}",
+                    self.fix("Rewrite the learning rate", self.replace(lr.value, self.template.format(lr=lr.value.value))))
+
+
+class _SetLearningRate(_RewriteLearningRate):
+    """Replaces a literal learning rate passed to an optimizer by ``new_lr``."""
+
+    new_lr: ClassVar[float]
+
+    @property
+    def template(self) -> str:
+        return repr(self.new_lr)
+
+    def done(self, value: float) -> bool:
+        return value == self.new_lr
 
 
 class LowerLearningRateClaimedSafe(_SetLearningRate):
@@ -51,24 +69,6 @@ class ZeroLearningRate(_SetLearningRate):
     summary = "test only: sets the learning rate to zero"
     fix_applicability = "unsafe"
     new_lr = 0.0
-
-
-class _RewriteLearningRate(Rule):
-    """Rewrites a literal learning rate passed to an optimizer as ``template`` (with ``{lr}``), once."""
-
-    kind = "correctness"
-    triggers = ("lr",)
-    fix_applicability = "unsafe"
-    template: ClassVar[str]
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualified_name(node.func) not in OPTIMIZERS:
-            return
-        lr = argument(node, "lr", 1)
-        if lr is None or not isinstance(lr.value, (cst.Float, cst.Integer)):
-            return
-        self.report(node, f"planted: lr becomes {self.template}",
-                    self.fix("Rewrite the learning rate", self.replace(lr.value, self.template.format(lr=lr.value.value))))
 
 
 class MultiplyLearningRate(_RewriteLearningRate):
