@@ -14,23 +14,41 @@ from torchlint.rule import Rule
 OPTIMIZERS = ("torch.optim.SGD", "torch.optim.Adam", "torch.optim.AdamW")
 
 
-class _SetLearningRate(Rule):
-    """Replaces a literal learning rate passed to an optimizer by ``new_lr`` (once: the engine
-    re-lints fixed code until nothing is left to fix)."""
+class _RewriteLearningRate(Rule):
+    """Rewrites a literal learning rate passed to an optimizer as ``template`` (with ``{lr}``), once:
+    the engine re-lints fixed code until nothing is left to fix, so a rewrite that is still a
+    literal must be recognised as done (``done``)."""
 
     kind = "correctness"
     triggers = ("lr",)
-    new_lr: ClassVar[float]
+    fix_applicability = "unsafe"
+    template: ClassVar[str]
+
+    def done(self, value: float) -> bool:
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) not in OPTIMIZERS:
             return
         lr = argument(node, "lr", 1)
         if lr is None or not isinstance(lr.value, (cst.Float, cst.Integer)) or \
-                float(lr.value.evaluated_value) == self.new_lr:
+                self.done(float(lr.value.evaluated_value)):
             return
-        self.report(node, f"planted: lr becomes {self.new_lr!r}",
-                    self.fix("Change the learning rate", self.replace(lr.value, repr(self.new_lr))))
+        self.report(node, f"planted: lr becomes {self.template}",
+                    self.fix("Rewrite the learning rate", self.replace(lr.value, self.template.format(lr=lr.value.value))))
+
+
+class _SetLearningRate(_RewriteLearningRate):
+    """Replaces a literal learning rate passed to an optimizer by ``new_lr``."""
+
+    new_lr: ClassVar[float]
+
+    @property
+    def template(self) -> str:
+        return repr(self.new_lr)
+
+    def done(self, value: float) -> bool:
+        return value == self.new_lr
 
 
 class LowerLearningRateClaimedSafe(_SetLearningRate):
@@ -51,3 +69,39 @@ class ZeroLearningRate(_SetLearningRate):
     summary = "test only: sets the learning rate to zero"
     fix_applicability = "unsafe"
     new_lr = 0.0
+
+
+class MultiplyLearningRate(_RewriteLearningRate):
+    """An unsafe fix that makes training diverge: the learning rate times 1e4."""
+
+    code = "TL997"
+    name = "planted-huge-learning-rate"
+    summary = "test only: multiplies the learning rate by 1e4"
+    template = "({lr} * 1e4)"
+
+
+class RespellLearningRate(_RewriteLearningRate):
+    """An unsafe fix that changes nothing the run computes: the same learning rate, spelled otherwise."""
+
+    code = "TL996"
+    name = "planted-respelled-learning-rate"
+    summary = "test only: writes the learning rate as float('...')"
+    template = "float('{lr}')"
+
+
+class EnableCudaAutocast(Rule):
+    """An unsafe fix like TL703's: it turns on a CUDA autocast region (``enabled=False`` -> ``True``)."""
+
+    code = "TL995"
+    name = "planted-enable-autocast"
+    summary = "test only: enables a disabled CUDA autocast region"
+    kind = "performance"
+    fix_applicability = "unsafe"
+    triggers = ("autocast",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualified_name(node.func) not in ("torch.autocast", "torch.amp.autocast"):
+            return
+        enabled = argument(node, "enabled")
+        if enabled is not None and isinstance(enabled.value, cst.Name) and enabled.value.value == "False":
+            self.report(node, "planted: enable autocast", self.fix("Enable autocast", self.replace(enabled.value, "True")))

@@ -1,24 +1,31 @@
 """Runs one training script under instrumentation; the subprocess side of ``torchlint verify``.
 
-    python .../torchlint/harness/bootstrap.py --result-dir DIR --steps N [--seed S] [--device D] SCRIPT [ARGS...]
+    python .../torchlint/harness/bootstrap.py --result-dir DIR --steps N [--seed S] [--seed-offset K]
+        [--device D] [--profile-steps P --profile-warmup W] SCRIPT [ARGS...]
     torchrun --nproc_per_node=N .../torchlint/harness/bootstrap.py ... (the same arguments)
 
 The script needs no change. Before running it (``runpy.run_path`` as ``__main__``, with
 ``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT ARGS`` would set them) this module:
 
 - seeds ``random``, numpy (if installed) and torch, and asks torch for deterministic algorithms
-  (``warn_only``, so a script that uses an op without a deterministic kernel still runs);
+  (``warn_only``, so a script that uses an op without a deterministic kernel still runs); with
+  ``--seed-offset K``, every seed the script sets itself (``torch.manual_seed``, ``random.seed``,
+  ``numpy.random.seed``, ``torch.Generator().manual_seed``) is shifted by K too: the run is the
+  same script under other random numbers, which is how verify measures run-to-run noise (on the
+  CPU a rerun under the same seeds repeats the same floats and would measure none);
 - on the CPU, maps CUDA calls to the CPU (see ``cuda_mapping``);
 - wraps ``torch.autograd.backward`` (which ``Tensor.backward`` calls) to record the scalar being
   backpropagated, unscaled when it came from ``GradScaler.scale``;
 - registers a global optimizer step post hook that counts steps, takes the time and the memory
   after each, and raises ``StopTraining`` after N steps. ``StopTraining`` derives from
   ``BaseException`` so that a script's ``except Exception`` does not swallow it; the bootstrap
-  catches it, shuts down DataLoader workers and a process group the script left open.
+  catches it, shuts down DataLoader workers and a process group the script left open;
+- with ``--profile-steps P``, profiles steps W+1 to W+P under ``torch.profiler`` (see ``profiling``).
 
 Output, in DIR: ``steps.jsonl`` (rank 0), one line per optimizer step, written as the run goes so
 that a run that crashes or times out still reports its steps; ``result.rank<R>.json`` per rank at
-the end. The exit status is 0 when the run finished (N steps, or the script ended by itself).
+the end (with ``exception``, the type and message of what stopped the script, for one-line
+reasons). The exit status is 0 when the run finished (N steps, or the script ended by itself).
 
 torch is imported inside the functions: the parent process imports this module for its file
 names without loading torch, and a missing torch must end as a clean harness error.
@@ -43,6 +50,7 @@ from pathlib import Path
 STEPS_FILE = "steps.jsonl"
 RESULT_FILE = "result.rank{rank}.json"
 ERROR_TAIL_LINES = 25
+SUMMARY_CHARS = 300  # an exception's message in a one-line reason; the traceback tail has all of it
 EXIT_FINISHED, EXIT_FAILED, EXIT_HARNESS_ERROR = 0, 1, 3
 
 
@@ -151,9 +159,10 @@ def _peak_rss_bytes() -> int:
 class StepRecorder:
     """Counts optimizer steps, records loss, time and memory per step, stops after ``max_steps``."""
 
-    def __init__(self, max_steps: int, meter: MemoryMeter, steps_file: Path | None):
+    def __init__(self, max_steps: int, meter: MemoryMeter, steps_file: Path | None, profiler=None):
         self.max_steps = max_steps
         self.meter = meter
+        self.profiler = profiler  # a profiling.StepProfiler for --profile-steps, told of every step
         self.steps = 0
         self._steps_file = steps_file.open("w", encoding="utf-8") if steps_file else None
         self._pending_losses: list = []  # detached scalars backpropagated since the last step
@@ -215,6 +224,8 @@ class StepRecorder:
         if self._steps_file is not None:
             self._steps_file.write(json.dumps(record) + "\n")
             self._steps_file.flush()
+        if self.profiler is not None:
+            self.profiler.after_step(self.steps)
         if self.steps >= self.max_steps:
             raise StopTraining()
 
@@ -233,6 +244,39 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+def shift_script_seeds(offset: int) -> None:
+    """Add ``offset`` to every seed the script sets, so that a script that seeds itself (most do)
+    still runs under other random numbers. Seeds given as something other than an int (a
+    generator's state) are left alone."""
+    import torch
+
+    def shift(value):
+        return value + offset if isinstance(value, int) and not isinstance(value, bool) else value
+
+    def shifted(seed_function):
+        def seed(value=None, *args, **kwargs):
+            return seed_function(shift(value), *args, **kwargs)
+        return seed
+
+    torch.manual_seed = shifted(torch.manual_seed)
+    torch.random.manual_seed = torch.manual_seed
+    torch.cuda.manual_seed = shifted(torch.cuda.manual_seed)
+    torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all)
+    random.seed = shifted(random.seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed = shifted(numpy.random.seed)
+
+    class Generator(torch.Generator):
+        def manual_seed(self, seed):
+            return super().manual_seed(shift(seed))
+
+    torch.Generator = Generator
 
 
 def resolve_device(requested: str) -> str:
@@ -268,11 +312,21 @@ def world_size_and_close_process_group() -> int:
     return size
 
 
-def run(script: Path, script_args: list[str], steps: int, seed: int, device: str, result_dir: Path) -> int:
+def exception_summary(error: BaseException) -> str:
+    """``Type: message`` on one line: what a reason quotes. The message's own lines are joined,
+    since a traceback's last line is only the last line of a message that has several."""
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if len(message) > SUMMARY_CHARS:
+        message = message[:SUMMARY_CHARS - 3].rstrip() + "..."
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def run(script: Path, script_args: list[str], steps: int, seed: int, device: str, result_dir: Path,
+        seed_offset: int = 0, profile_steps: int = 0, profile_warmup: int = 0) -> int:
     rank = int(os.environ.get("RANK", "0"))
     result: dict = {"rank": rank, "finished": False, "stopped_by_harness": False, "steps": 0, "error": None,
-                    "harness_error": None, "world_size": 1, "device": None, "cuda_mapped_calls": 0,
-                    "peak_memory_bytes": None, "memory_measure": None}
+                    "exception": None, "harness_error": None, "world_size": 1, "device": None,
+                    "cuda_mapped_calls": 0, "peak_memory_bytes": None, "memory_measure": None, "profile": None}
     result_file = result_dir / RESULT_FILE.format(rank=rank)
 
     def write_result() -> None:
@@ -288,6 +342,8 @@ def run(script: Path, script_args: list[str], steps: int, seed: int, device: str
         return EXIT_HARNESS_ERROR
 
     seed_everything(seed)
+    if seed_offset:
+        shift_script_seeds(seed_offset)
     mapping = None
     if device == "cpu":
         from torchlint.harness import cuda_mapping
@@ -295,7 +351,12 @@ def run(script: Path, script_args: list[str], steps: int, seed: int, device: str
         mapping = cuda_mapping.install()
     meter = MemoryMeter(device)
     result["memory_measure"] = meter.measure
-    recorder = StepRecorder(steps, meter, result_dir / STEPS_FILE if rank == 0 else None)
+    profiler = None
+    if profile_steps and rank == 0:
+        from torchlint.harness.profiling import StepProfiler
+
+        profiler = StepProfiler(str(script), profile_warmup, profile_steps, device)
+    recorder = StepRecorder(steps, meter, result_dir / STEPS_FILE if rank == 0 else None, profiler)
     recorder.install()
 
     sys.argv = [str(script), *script_args]
@@ -308,10 +369,12 @@ def run(script: Path, script_args: list[str], steps: int, seed: int, device: str
     except SystemExit as exit_:
         result["finished"] = exit_.code in (None, 0)
         if not result["finished"]:
-            result["error"] = f"the script exited with sys.exit({exit_.code!r})"
+            result["error"] = result["exception"] = f"the script exited with sys.exit({exit_.code!r})"
     except BaseException as error:  # noqa: BLE001 - the script's failure is the result
         result["error"] = traceback_tail(error)
+        result["exception"] = exception_summary(error)
     result["steps"] = recorder.steps
+    result["profile"] = profiler.summary if profiler else None
     result["cuda_mapped_calls"] = mapping.mapped_calls if mapping else 0
     result["peak_memory_bytes"] = meter.peak_bytes()
     try:
@@ -329,14 +392,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result-dir", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed-offset", type=int, default=0)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--profile-steps", type=int, default=0)
+    parser.add_argument("--profile-warmup", type=int, default=0)
     parser.add_argument("script", type=Path)
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
     result_dir = args.result_dir.resolve()  # the script may change the working directory
     result_dir.mkdir(parents=True, exist_ok=True)
-    return run(args.script.resolve(), script_args, args.steps, args.seed, args.device, result_dir)
+    return run(args.script.resolve(), script_args, args.steps, args.seed, args.device, result_dir,
+               seed_offset=args.seed_offset, profile_steps=args.profile_steps, profile_warmup=args.profile_warmup)
 
 
 if __name__ == "__main__":

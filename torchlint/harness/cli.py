@@ -1,6 +1,7 @@
-"""The ``torchlint verify`` command. Exit 0: the fixes pass; 1: they fail (reasons and the tail
-of a traceback); 2: the original script does not run or never steps an optimizer, or the
-verification could not be set up (usage, configuration)."""
+"""The ``torchlint verify`` command. Exit 0: the fixes pass, or no fix applies (nothing to verify);
+1: they fail (reasons and the tail of a traceback); 2: the original script does not run or never
+steps an optimizer, or the verification could not be set up (usage, configuration). With --each
+the exit code is still the verdict on all fixes together; each fix's verdict is in the report."""
 
 from __future__ import annotations
 
@@ -41,17 +42,26 @@ def _selectors(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds allowed to each run.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random, numpy and torch.")
+@click.option("--each", is_flag=True,
+              help="Also run each fix on its own, and report per fix: verdict, loss drift, step time and memory "
+                   "against the original, with run-to-run noise.")
+@click.option("--keep", is_flag=True,
+              help="Write to SCRIPT only the fixes that pass and measure no worse (implies --each).")
+@click.option("--profile", is_flag=True,
+              help="Profile a few steps of the original and rank the findings by measured cost per step.")
 def verify(script, script_args, steps, unsafe_fixes, select, nproc, device, output_format, out, plot, timeout,
-                   seed) -> None:
+           seed, each, keep, profile) -> None:
     """Run SCRIPT as written and as fixed, for N optimizer steps each, and check that the fixed
-    script still trains the same (safe fixes) or still trains (unsafe fixes). Arguments after
-    `--` go to the script. Your files are not modified: the runs happen in copies."""
+    script still trains the same (safe fixes) or at least about as well (unsafe fixes). Arguments
+    after `--` go to the script. Your files are not modified (the runs happen in copies), except
+    with --keep, which writes the kept fixes to SCRIPT."""
     from torchlint.config import ConfigError
     from torchlint.engine import FixError
     from torchlint.harness import report as reporting
 
     options = VerifyOptions(steps=steps, unsafe_fixes=unsafe_fixes, select=_selectors(select), nproc=nproc,
-                            device=device, timeout_s=timeout, seed=seed, script_args=list(script_args))
+                            device=device, timeout_s=timeout, seed=seed, script_args=list(script_args),
+                            each=each, keep=keep, profile=profile)
     try:
         result = verify_script(script, options, progress=_progress)
     except (VerifyError, ConfigError, FixError) as error:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from torchlint.harness.measures import NO_CHANGE, Comparison, step_time_spread
 from torchlint.harness.runner import RunResult
-from torchlint.harness.verify import VerifyReport
+from torchlint.harness.verify import FixMeasurement, VerifyReport
 
 PEAK_MEMORY_LABELS = {"cuda": "peak memory (CUDA)", "cpu": "peak memory (RSS)"}
 MEASURE_NAMES = {"heap-in-use": "heap", "rss": "RSS", "cuda-allocated": "CUDA"}
@@ -30,9 +31,12 @@ def to_json(report: VerifyReport) -> dict:
     ``runs.fixed`` is null when the fixed script did not run; ``runs.fixed_torchrun`` is there when
     a distributed rewrite ran under torchrun; ``notes`` says how the numbers were taken (CUDA
     mapped to the CPU, the memory measure). Fix lines are 1-based, as in the text report. ``verdict``
-    is "pass", "fail" or "error" (the original could not serve as a reference), as the exit code
-    is 0, 1 or 2."""
-    return {
+    is "pass", "fail", "error" (the original could not serve as a reference) or "nothing-to-verify"
+    (no fix applied), as the exit code is 0, 1, 2 or 0. Issue 13 adds ``runs.original_noise`` (the
+    original under shifted seeds), ``loss_noise``, ``comparisons`` (fixed against original: step
+    time, peak memory, memory growth, each with its noise band and "change"), ``per_fix`` (with
+    --each), ``keep`` (with --keep) and ``profile`` (with --profile)."""
+    data = {
         "script": display_path(report.script),
         "device": report.device,
         "steps": report.steps,
@@ -41,7 +45,41 @@ def to_json(report: VerifyReport) -> dict:
         "verdict": report.verdict.name,
         "reasons": report.verdict.reasons,
         "notes": report.notes,
+        "loss_noise": report.noise.to_json() if report.noise else None,
+        "comparisons": {name: comparison.to_json() for name, comparison in report.comparisons.items()},
     }
+    if report.per_fix is not None:
+        data["per_fix"] = [entry for measurement in report.per_fix for entry in _per_fix_json(measurement)]
+    if report.keep is not None:
+        data["keep"] = {"written": report.keep.written, "summary": report.keep.summary,
+                        "kept": [{"code": f.code, "line": f.line} for f in report.keep.kept]}
+    if report.profile is not None:
+        data["profile"] = [finding.to_json() for finding in report.profile.findings]
+        data["profile_step_ms"] = report.profile.step_ms
+        data["profile_problem"] = report.profile.problem
+    return data
+
+
+def _per_fix_json(measurement: FixMeasurement) -> list[dict]:
+    """One entry per fix; fixes measured together share their measurements (``measured_with``)."""
+    shared = {
+        "verdict": measurement.verdict.name,
+        "loss_max_rel_diff": measurement.loss_max_rel_diff,
+        "step_time_ratio": measurement.step_time.value,
+        "peak_memory_ratio": measurement.peak_memory.value,
+        "memory_growth_bytes": measurement.run.memory_growth_bytes if measurement.run else None,
+        "kept": measurement.kept,
+        "step_time": measurement.step_time.to_json(),
+        "peak_memory": measurement.peak_memory.to_json(),
+        "memory_growth_change": measurement.memory_growth.to_json(),
+        "reasons": measurement.verdict.reasons,
+        "why_kept": measurement.why,
+    }
+    unit = measurement.unit
+    return [{"code": fix.code, "line": fix.line, "applicability": fix.applicability,
+             "measured_with": [f"{other.code}:{other.line}" for other in [*unit.fixes, *unit.with_others]
+                               if other is not fix],
+             **shared} for fix in unit.fixes]
 
 
 def format_json(report: VerifyReport) -> str:
@@ -60,6 +98,11 @@ def format_bytes(count: int | None, signed: bool = False) -> str:
     return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
 
 
+def _spread(run: RunResult) -> str:
+    spread = step_time_spread(run)
+    return "-" if spread is None else f"+/-{spread:.1%}"
+
+
 def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
@@ -76,10 +119,18 @@ def _rows(report: VerifyReport, runs: dict[str, RunResult]) -> list[tuple[str, l
         ("first loss", each(lambda r: _loss(r.losses[0] if r.losses else None))),
         ("last loss", each(lambda r: _loss(r.losses[-1] if r.losses else None))),
         ("median step time", each(lambda r: "-" if r.step_time_s is None else f"{r.step_time_s * 1e3:.2f} ms")),
+        ("its standard error", each(_spread)),
         (PEAK_MEMORY_LABELS.get(report.device, "peak memory"), each(lambda r: format_bytes(r.peak_memory_bytes))),
         (f"memory growth ({memory_measure_name(measure)})",
          each(lambda r: format_bytes(r.memory_growth_bytes, signed=True))),
     ]
+
+
+RUN_TITLES = {"original_noise": "original, seeds+1"}
+
+
+def run_title(label: str) -> str:
+    return RUN_TITLES.get(label, label.replace("_", " "))
 
 
 def format_text(report: VerifyReport) -> str:
@@ -92,7 +143,7 @@ def format_text(report: VerifyReport) -> str:
         lines.append("fixes applied: none")
     lines.append("")
 
-    runs = {label.replace("_", " "): run for label, run in report.runs.items() if run is not None}
+    runs = {run_title(label): run for label, run in report.runs.items() if run is not None}
     rows = _rows(report, runs)
     first_width = max(len(name) for name, _ in rows) + 2
     widths = [max(len(label), *(len(values[i]) for _, values in rows)) + 2 for i, label in enumerate(runs)]
@@ -100,9 +151,20 @@ def format_text(report: VerifyReport) -> str:
     for name, values in rows:
         lines.append(name.ljust(first_width) + "".join(value.rjust(w) for value, w in zip(values, widths)))
     lines.append("")
+    if report.comparisons:
+        lines.append("fixed against original:")
+        lines += [f"  {name.replace('_', ' ')}: {comparison.describe(in_bytes=name == 'memory_growth')}"
+                  for name, comparison in report.comparisons.items()]
+        lines.append("")
 
     lines.append(f"verdict: {report.verdict.name}")
     lines += [f"  - {reason}" for reason in report.verdict.reasons]
+    if report.per_fix is not None:
+        lines += ["", *_per_fix_table(report.per_fix)]
+    if report.keep is not None:
+        lines += ["", "--keep:"] + [f"  - {line}" for line in report.keep.summary]
+    if report.profile is not None:
+        lines += ["", *_profile_lines(report)]
     for label, run in runs.items():
         if run.error:
             lines += ["", f"{label} run error (end of its traceback or output):"]
@@ -110,6 +172,53 @@ def format_text(report: VerifyReport) -> str:
     if report.notes:
         lines += ["", "notes:"] + [f"  - {note}" for note in report.notes]
     return "\n".join(lines)
+
+
+def _short(name: str, comparison: Comparison) -> str:
+    if comparison.value is None:
+        return "-"
+    if name == "memory growth":
+        shown = format_bytes(int(comparison.value), signed=True)
+    else:
+        shown = f"{comparison.value:.3f}x"
+    return shown if comparison.change == NO_CHANGE else f"{shown} {comparison.change}"
+
+
+def _per_fix_table(measurements: list[FixMeasurement]) -> list[str]:
+    """Each fix on its own, against the original; "=" marks a ratio within noise."""
+    header = ("fix", "safety", "verdict", "loss diff", "step time", "peak memory", "memory growth", "kept")
+    rows = []
+    for m in measurements:
+        safety = "/".join(sorted({fix.applicability for fix in m.unit.fixes}))
+        diff = "-" if m.loss_max_rel_diff is None else f"{m.loss_max_rel_diff:.2g}"
+        rows.append((m.unit.label, safety, m.verdict.name, diff, _short("step time", m.step_time),
+                     _short("peak memory", m.peak_memory), _short("memory growth", m.memory_growth),
+                     "yes" if m.kept else "no"))
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    table = ["each fix on its own (--each), against the original; a ratio within noise shows no word:"]
+    table += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+              for row in (header, *rows)]
+    noise = [f"  {m.unit.label}: step time noise +/-{m.step_time.noise:.1%}"
+             for m in measurements if m.step_time.noise is not None]
+    grouped = [f"  {m.unit.label}: measured together because {m.unit.grouped}" for m in measurements if m.unit.grouped]
+    failed = [f"  {m.unit.label}: {m.verdict.reasons[-1]}" for m in measurements if m.verdict.name != "pass"]
+    return table + noise + grouped + failed
+
+
+def _profile_lines(report: VerifyReport) -> list[str]:
+    profile = report.profile
+    if profile.problem:
+        return [f"profile (--profile): nothing measured: {profile.problem}"]
+    lines = [f"findings by measured cost (--profile; {profile.steps} profiled steps of {profile.step_ms:.2f} ms):"]
+    for finding in profile.findings:
+        where = f"line {finding.line:<5} {finding.code}"
+        if finding.measured:
+            ops = f", {finding.ops_per_step:g} ops per optimizer step" if finding.ops_per_step else ""
+            lines.append(f"  {finding.ms_per_step:8.3f} ms/step {finding.share_of_step:6.1%}  {where}  "
+                         f"{'; '.join(finding.what)}{ops}")
+        else:
+            lines.append(f"  {'no measurable cost':>23}  {where}")
+    return lines
 
 
 def plot(report: VerifyReport, path: Path) -> None:

@@ -48,6 +48,9 @@ class RunResult:
     cuda_mapped_calls: int = 0
     harness_error: str | None = None  # the run could not be set up: not the script's fault
     stopped_by_harness: bool = False  # False when finished: the script ended by itself
+    exception: str | None = None  # "Type: message" of what stopped the script, for one-line reasons
+    step_times_s: list[float] = field(default_factory=list)  # between consecutive optimizer steps
+    profile: dict | None = None  # what profiling.StepProfiler measured, for --profile
 
     def to_json(self) -> dict:
         return {"finished": self.finished, "steps": self.steps, "losses": self.losses,
@@ -76,34 +79,52 @@ def run_environment(seed: int) -> dict[str, str]:
     return env
 
 
-def bootstrap_command(script: Path, script_args: list[str], *, steps: int, seed: int, device: str,
-                      result_dir: Path, nproc: int | None) -> list[str]:
+@dataclass(frozen=True)
+class RunSettings:
+    """What one run is asked to do, beyond the script and its arguments."""
+
+    steps: int
+    seed: int
+    device: str
+    timeout_s: float
+    seed_offset: int = 0  # shift the seeds the script sets itself (the noise run)
+    profile_steps: int = 0  # profile this many steps after ``profile_warmup`` (the profile run)
+    profile_warmup: int = 0
+
+
+def bootstrap_command(script: Path, script_args: list[str], settings: RunSettings, result_dir: Path,
+                      nproc: int | None) -> list[str]:
     launcher = [sys.executable]
     if nproc is not None:
         # torchrun as a module of this interpreter; --standalone picks a free rendezvous port.
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     # the bootstrap as a file, not `-m torchlint.harness.bootstrap`, which needs torchlint's folder on the path
-    return [*launcher, str(Path(bootstrap.__file__).resolve()), "--result-dir", str(result_dir), "--steps", str(steps),
-            "--seed", str(seed), "--device", device, str(script), "--", *script_args]
+    profiling = ["--profile-steps", str(settings.profile_steps), "--profile-warmup", str(settings.profile_warmup)] \
+        if settings.profile_steps else []
+    return [*launcher, str(Path(bootstrap.__file__).resolve()), "--result-dir", str(result_dir),
+            "--steps", str(settings.steps), "--seed", str(settings.seed + settings.seed_offset),
+            "--seed-offset", str(settings.seed_offset), "--device", settings.device, *profiling,
+            str(script), "--", *script_args]
 
 
-def run_script(script: Path, script_args: list[str], *, label: str, steps: int, seed: int, device: str,
-               timeout_s: float, result_dir: Path, nproc: int | None = None,
-               progress: Progress | None = None) -> RunResult:
-    """Run ``script`` (already in its scratch folder) for ``steps`` optimizer steps."""
+def run_script(script: Path, script_args: list[str], settings: RunSettings, *, label: str, result_dir: Path,
+               nproc: int | None = None, progress: Progress | None = None) -> RunResult:
+    """Run ``script`` (already in its scratch folder) for ``settings.steps`` optimizer steps."""
     result_dir.mkdir(parents=True, exist_ok=True)
-    command = bootstrap_command(script, script_args, steps=steps, seed=seed, device=device,
-                                result_dir=result_dir, nproc=nproc)
+    command = bootstrap_command(script, script_args, settings, result_dir, nproc)
     output_path = result_dir / "output.txt"
     started = time.monotonic()
     with output_path.open("wb") as output:
-        process = subprocess.Popen(command, cwd=script.parent, env=run_environment(seed), stdin=subprocess.DEVNULL,
-                                   stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-        timed_out = _wait(process, label, steps, started, timeout_s, result_dir / STEPS_FILE, progress)
+        # the hash seed stays the harness's own: the noise run shifts random numbers, not set order
+        process = subprocess.Popen(command, cwd=script.parent, env=run_environment(settings.seed),
+                                   stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        timed_out = _wait(process, label, settings.steps, started, settings.timeout_s, result_dir / STEPS_FILE,
+                          progress)
     elapsed = time.monotonic() - started
     if progress:
         progress(f"{label}: done in {elapsed:.1f} s")
-    return _read_result(process.returncode, timed_out, timeout_s, result_dir,
+    return _read_result(process.returncode, timed_out, settings.timeout_s, result_dir,
                         output_path.read_text(encoding="utf-8", errors="replace"))
 
 
@@ -157,16 +178,21 @@ def _read_result(returncode: int, timed_out: bool, timeout_s: float, result_dir:
     main = rank_results.get(0, {})
 
     harness_error = next((r["harness_error"] for r in rank_results.values() if r.get("harness_error")), None)
-    error = next((f"rank {rank}: {r['error']}" if len(rank_results) > 1 else r["error"]
-                  for rank, r in sorted(rank_results.items()) if r.get("error")), None)
+    failed = next(((rank, r) for rank, r in sorted(rank_results.items()) if r.get("error")), None)
+    error = exception = None
+    if failed is not None:
+        where = f"rank {failed[0]}: " if len(rank_results) > 1 else ""
+        error = where + failed[1]["error"]
+        exception = where + (failed[1].get("exception") or failed[1]["error"].strip().splitlines()[-1])
     if timed_out:
-        error = f"timed out after {timeout_s:g} s (at step {len(records)}); raise --timeout or lower --steps"
+        error = exception = f"timed out after {timeout_s:g} s (at step {len(records)}); raise --timeout or lower --steps"
     elif returncode != 0 and error is None and harness_error is None:
         # No traceback from the bootstrap: the process died (a signal, a crash in native code,
         # torchrun stopping its ranks); the end of its output says why.
         tail = _tail(output)
         last_line = tail.splitlines()[-1].strip() if tail else "no output"
-        error = f"the process exited with status {returncode}: {last_line}\n{tail}"
+        exception = f"the process exited with status {returncode}: {last_line}"
+        error = f"{exception}\n{tail}"
     finished = bool(rank_results) and all(r["finished"] for r in rank_results.values()) and \
         returncode == 0 and not timed_out
     step_times = [r["step_time_s"] for r in records if r["step_time_s"] is not None]
@@ -178,7 +204,8 @@ def _read_result(returncode: int, timed_out: bool, timeout_s: float, result_dir:
         world_size=main.get("world_size", 1), error=error, device=main.get("device"),
         memory_bytes=memory, memory_measure=main.get("memory_measure"),
         cuda_mapped_calls=main.get("cuda_mapped_calls", 0), harness_error=harness_error,
-        stopped_by_harness=bool(main.get("stopped_by_harness")))
+        stopped_by_harness=bool(main.get("stopped_by_harness")), exception=exception, step_times_s=step_times,
+        profile=main.get("profile"))
 
 
 def _read_step_records(path: Path) -> list[dict]:

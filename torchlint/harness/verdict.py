@@ -5,14 +5,24 @@
   on the CPU (rtol 1e-5: deterministic kernels and the same seeds give the same floats, up to
   the last bits where a rewrite changes an operation's order) and looser on CUDA (rtol 1e-3:
   cuBLAS/cuDNN may pick other kernels when the memory layout or allocation pattern changes).
-- Any unsafe fix: the fixed run still trains: every loss is finite, and the mean of the last
-  losses is at least 10% below the mean of the first ones (means over a tenth of the steps, 1 to
-  10 of them, so one noisy minibatch decides nothing).
+- Any unsafe fix: the fixed run trains at least about as well as the original over the same
+  steps: every loss is finite, and the mean loss of its last steps is no higher than the
+  original's plus the run-to-run noise (``LossNoise``). The judgement is relative: an original
+  that learns slowly over few steps does not fail a fix whose run matches it. When the original
+  itself does not train over these steps, the reasons say so.
 - A distributed rewrite (TL5xx): the fixed script also runs under ``torchrun`` with N ranks, forms
   a process group of N, and its losses are finite.
 
+The run-to-run noise comes from a second run of the original with every seed shifted (see
+``bootstrap.shift_script_seeds``): how far the end of training moves when only the random numbers
+change (initialisation, data order, dropout), which is what an unsafe fix that changes numerics
+must be told apart from. A rerun under the same seeds measures nothing on the CPU (it repeats the
+same floats), so it is not used. Where step-to-step fluctuation over the last steps is larger
+than the two runs' difference (one pair of runs may agree by chance), that stands in.
+
 The original must run and step an optimizer, or there is nothing to compare against: that is
-``CANNOT_VERIFY`` (exit 2, verdict "error"), not a failed fix.
+``error`` (exit 2), not a failed fix. No fix to apply is ``nothing-to-verify`` (exit 0): nothing
+was compared, so the verdict does not say "pass".
 """
 
 from __future__ import annotations
@@ -22,18 +32,23 @@ from dataclasses import dataclass
 
 from torchlint.harness.runner import RunResult
 
-PASS, FAIL, CANNOT_VERIFY = 0, 1, 2
-VERDICT_NAMES = {PASS: "pass", FAIL: "fail", CANNOT_VERIFY: "error"}  # as the reports write them
+PASS, FAIL, ERROR, NOTHING_TO_VERIFY = "pass", "fail", "error", "nothing-to-verify"
+EXIT_CODES = {PASS: 0, FAIL: 1, ERROR: 2, NOTHING_TO_VERIFY: 0}
+CANNOT_VERIFY = EXIT_CODES[ERROR]
 
 TOLERANCES = {"cpu": (1e-5, 1e-7), "cuda": (1e-3, 1e-5)}  # device -> (rtol, atol)
-TRAINS_MIN_RELATIVE_DROP = 0.10
 DISTRIBUTED_FAMILY = "TL5"
+
+LATE_WINDOW_FRACTION = 5  # the last fifth of the steps, 1 to 20 of them, decide how far training got
+LATE_WINDOW_MAX = 20
+NOISE_FACTOR = 3.0  # a fix may end this many noise units above the original (one pair of runs estimates it)
+TOLERANCE_FLOOR = 1e-3  # relative: float rounding alone, when both noise estimates are zero
 
 
 @dataclass(frozen=True)
 class AppliedFix:
     code: str
-    line: int  # 1-based, as the text report shows it
+    line: int  # 1-based, in the original script, as the text report shows it
     applicability: str  # "safe" or "unsafe"
 
     @property
@@ -43,34 +58,104 @@ class AppliedFix:
 
 @dataclass
 class Verdict:
-    exit_code: int
+    outcome: str  # PASS, FAIL, ERROR or NOTHING_TO_VERIFY
     reasons: list[str]
 
     @property
     def name(self) -> str:
-        """As the reports write it: pass, fail, or error when there was nothing to judge the fixes by."""
-        return VERDICT_NAMES[self.exit_code]
+        return self.outcome
 
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+
+# --- run-to-run noise of the loss ---------------------------------------------------------------
+
+def late_window(steps: int) -> int:
+    return max(1, min(LATE_WINDOW_MAX, steps // LATE_WINDOW_FRACTION))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+@dataclass
+class LossNoise:
+    """How much the mean loss of the last ``window`` steps moves from run to run."""
+
+    window: int
+    seed_spread: float | None  # |original - noise run|, late means; None without a noise run
+    step_noise: float  # standard error of the original's late mean, from step-to-step fluctuation
+    tolerance: float
+
+    @classmethod
+    def measure(cls, original: list[float], noise_run: list[float] | None) -> "LossNoise":
+        window = late_window(len(original))
+        late = _mean(original[-window:])
+        spread = None
+        if noise_run and len(noise_run) == len(original) and _all_finite(noise_run):
+            spread = abs(late - _mean(noise_run[-window:]))
+        step_noise = _step_noise(original[-(window + 1):])
+        estimate = max(spread or 0.0, math.sqrt(2) * step_noise)  # a difference of two runs: sqrt(2) x one
+        tolerance = max(NOISE_FACTOR * estimate, TOLERANCE_FLOOR * abs(late))
+        return cls(window, spread, step_noise, tolerance)
+
+    def describe(self) -> str:
+        parts = []
+        if self.seed_spread is not None:
+            parts.append(f"the original under shifted seeds ends {self.seed_spread:.3g} away")
+        parts.append(f"step-to-step noise of the mean {self.step_noise:.3g}")
+        return f"tolerance {self.tolerance:.3g} = {NOISE_FACTOR:g} x the larger of: " + "; ".join(parts)
+
+    def to_json(self) -> dict:
+        return {"window": self.window, "seed_spread": self.seed_spread, "step_noise": self.step_noise,
+                "tolerance": self.tolerance}
+
+
+def _step_noise(losses: list[float]) -> float:
+    """Standard error of a window's mean from successive differences (a slow trend barely counts:
+    the von Neumann estimate sigma^2 = mean(diff^2) / 2)."""
+    if len(losses) < 2:
+        return 0.0
+    differences = [b - a for a, b in zip(losses, losses[1:])]
+    sigma = math.sqrt(_mean([d * d for d in differences]) / 2)
+    return sigma / math.sqrt(len(losses) - 1)
+
+
+def _all_finite(losses: list[float | None]) -> bool:
+    return all(loss is not None and math.isfinite(loss) for loss in losses)
+
+
+# --- verdicts -------------------------------------------------------------------------------------
 
 def judge_original(original: RunResult) -> Verdict | None:
     """Why the original cannot serve as the reference, or None when it can."""
     if not original.finished:
         where = "does not run" if original.steps == 0 else f"stopped after {original.steps} optimizer steps"
-        return Verdict(CANNOT_VERIFY, [f"the original script {where}: {_first_line(original.error)}"])
+        return Verdict(ERROR, [f"the original script {where}: {one_line(original)}"])
     if original.steps == 0:
-        return Verdict(CANNOT_VERIFY, ["the original script never steps an optimizer (no optimizer.step() "
-                                       "was called), so there is no training to compare"])
+        return Verdict(ERROR, ["the original script never steps an optimizer (no optimizer.step() "
+                               "was called), so there is no training to compare"])
     return None
 
 
+def nothing_to_verify(original: RunResult) -> Verdict:
+    return Verdict(NOTHING_TO_VERIFY, [
+        f"no fix applies to this script with the selected rules: nothing was compared (the original ran "
+        f"{original.steps} optimizer steps)"])
+
+
 def judge(original: RunResult, fixed: RunResult, fixes: list[AppliedFix], *, device: str,
-          distributed: RunResult | None = None, nproc: int | None = None) -> Verdict:
-    """The verdict on the fixed runs, given an original that ran (see ``judge_original``)."""
+          noise: LossNoise | None = None, distributed: RunResult | None = None,
+          nproc: int | None = None) -> Verdict:
+    """The verdict on the fixed runs, given an original that ran (see ``judge_original``);
+    ``noise`` is needed when a fix is unsafe."""
     ran, reason = _same_steps(original, fixed)
     if not ran:
         return Verdict(FAIL, [reason])  # nothing else can be judged on a run that broke
     if any(fix.applicability == "unsafe" for fix in fixes):
-        checks = [_still_trains(original, fixed, device)]
+        checks = [_trains_as_well(original, fixed, device, noise or LossNoise.measure(original.losses, None))]
     else:
         checks = [_trajectories_agree(original, fixed, device)]
     if distributed is not None:
@@ -81,11 +166,20 @@ def judge(original: RunResult, fixed: RunResult, fixes: list[AppliedFix], *, dev
 
 def _same_steps(original: RunResult, fixed: RunResult) -> tuple[bool, str]:
     if not fixed.finished:
-        return False, f"the fixed script failed after {fixed.steps} steps: {_first_line(fixed.error)}"
+        return False, f"the fixed script failed after {fixed.steps} steps: {one_line(fixed)}"
     if fixed.steps != original.steps:
         return False, (f"the fixed script took {fixed.steps} optimizer steps where the original took "
                        f"{original.steps}")
     return True, f"the fixed script runs: {fixed.steps} optimizer steps, like the original"
+
+
+def loss_max_rel_diff(original: list[float | None], fixed: list[float | None]) -> float | None:
+    """The largest relative difference of the two trajectories over their common steps (None
+    when a loss is missing or not finite in either)."""
+    pairs = list(zip(original, fixed))
+    if not pairs or not all(_all_finite(pair) for pair in pairs):
+        return None
+    return max(abs(b - a) / abs(a) if a else abs(b) for a, b in pairs)
 
 
 def _trajectories_agree(original: RunResult, fixed: RunResult, device: str) -> tuple[bool, str]:
@@ -108,57 +202,72 @@ def _trajectories_agree(original: RunResult, fixed: RunResult, device: str) -> t
                   f"(largest relative difference {largest:.2g}; {tolerance})")
 
 
-def trains(losses: list[float | None]) -> tuple[bool, str]:
-    """Whether a loss trajectory shows training, and the numbers that say so."""
-    if not losses or any(loss is None for loss in losses):
-        return False, "no loss was recorded at some steps (no scalar was backpropagated)"
-    bad = next((step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss)), None)
-    if bad is not None:
-        return False, f"the loss is {losses[bad - 1]} at step {bad}"
-    window = max(1, min(10, len(losses) // 10))
-    first = sum(losses[:window]) / window
-    last = sum(losses[-window:]) / window
-    drop = (first - last) / abs(first) if first else 0.0
-    summary = (f"the mean loss of the first {window} steps is {first:.4g}, of the last {window} {last:.4g} "
-               f"({drop:+.0%} drop; at least {TRAINS_MIN_RELATIVE_DROP:.0%} needed)")
-    return drop >= TRAINS_MIN_RELATIVE_DROP, summary
-
-
-def _still_trains(original: RunResult, fixed: RunResult, device: str) -> tuple[bool, str]:
-    ok, summary = trains(fixed.losses)
-    if ok:
-        unchanged = "; its losses even match the original's at every step" \
+def _trains_as_well(original: RunResult, fixed: RunResult, device: str, noise: LossNoise) -> tuple[bool, str]:
+    broken = _not_finite(fixed.losses)
+    if broken:
+        return False, f"unsafe fixes: the fixed script does not train: {broken}"
+    window = noise.window
+    late_original, late_fixed = _mean(original.losses[-window:]), _mean(fixed.losses[-window:])
+    limit = late_original + noise.tolerance
+    compared = (f"its mean loss over the last {window} steps is {late_fixed:.4g}, the original's {late_original:.4g} "
+                f"(at most {limit:.4g} allowed: {noise.describe()})")
+    if late_fixed <= limit:
+        same = "; its losses match the original's at every step" \
             if _trajectories_agree(original, fixed, device)[0] else ""
-        return True, f"unsafe fixes: the fixed script still trains: {summary}{unchanged}"
-    reason = f"unsafe fixes: the fixed script does not train: {summary}"
-    if not trains(original.losses)[0]:
-        reason += "; the original does not either over these steps: try more --steps"
-    return False, reason
+        reason = f"unsafe fixes: the fixed script trains at least about as well as the original: {compared}{same}"
+        ok = True
+    else:
+        reason = f"unsafe fixes: the fixed script trains worse than the original, beyond run-to-run noise: {compared}"
+        ok = False
+    return ok, reason + _original_progress(original.losses, noise)
+
+
+def _original_progress(losses: list[float], noise: LossNoise) -> str:
+    """Said when the original itself does not train over these steps: then a pass shows that the
+    fixes do no harm here, not that the script learns."""
+    early, late = _mean(losses[:noise.window]), _mean(losses[-noise.window:])
+    if early - late > noise.tolerance:
+        return ""
+    return (f"; note: the original itself does not train over these {len(losses)} steps (mean loss {early:.4g} "
+            f"at the start, {late:.4g} at the end, within noise), so this compares runs that do not learn: "
+            "use more --steps to judge learning")
+
+
+def _not_finite(losses: list[float | None]) -> str | None:
+    if not losses:
+        return "no loss was recorded"
+    for step, loss in enumerate(losses, start=1):
+        if loss is None:
+            return f"no loss was recorded at step {step} (no scalar was backpropagated)"
+        if not math.isfinite(loss):
+            return f"the loss is {loss} at step {step}"
+    return None
 
 
 def _runs_distributed(original: RunResult, run: RunResult, nproc: int | None) -> tuple[bool, str]:
     launch = f"torchrun --nproc_per_node={nproc}"
     if not run.finished:
-        return False, f"distributed rewrite: under {launch} the fixed script failed: {_first_line(run.error)}"
+        return False, f"distributed rewrite: under {launch} the fixed script failed: {one_line(run)}"
     if run.world_size != nproc:
         return False, (f"distributed rewrite: under {launch} the fixed script formed a process group of "
                        f"{run.world_size}, not {nproc}")
     if run.steps != original.steps:
         return False, (f"distributed rewrite: under {launch} the fixed script took {run.steps} steps where "
                        f"the original took {original.steps}")
-    if not all(loss is not None and math.isfinite(loss) for loss in run.losses):
+    if not _all_finite(run.losses):
         return False, f"distributed rewrite: under {launch} the loss is not finite at every step"
     return True, (f"distributed rewrite: the fixed script runs under {launch} (world size {run.world_size}) "
                   "and as plain python")
 
 
-def _first_line(error: str | None) -> str:
-    """One line for the reason; the report shows the whole tail. A traceback ends with the
-    exception; the runner's own messages start with their summary."""
-    if not error:
+def one_line(run: RunResult) -> str:
+    """What stopped a run, on one line: the exception's type and message (the report shows the
+    whole traceback tail)."""
+    if run.exception:
+        return run.exception
+    if not run.error:
         return "no error was recorded"
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    return lines[-1] if "Traceback (most recent call last)" in error else lines[0]
+    return run.error.strip().splitlines()[0]
 
 
 def _show(loss: float | None) -> str:

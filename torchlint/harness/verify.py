@@ -1,12 +1,19 @@
-"""``torchlint verify``: prove that a fixed training script still trains.
+"""``torchlint verify``: prove that a fixed training script still trains, and measure what each
+fix buys.
 
 The script's folder is copied to a scratch directory once per run, so that no run sees what
 another wrote (a checkpoint it would resume from) and the user's files are never touched: the
 script in each copy is a file of its own, written in the script's own encoding, and a symbolic
 link that leads back into the folder leads into the copy instead (see ``_copy_script_folder``).
 The selected fixes are applied to the script itself in the fixed copies; modules it imports from
-its folder run as written. Then the original runs, the fixed script runs, and, for a distributed
-rewrite, the fixed script runs again under torchrun; ``verdict`` judges them.
+its folder run as written.
+
+The runs: the original; the original again under shifted seeds when run-to-run noise is needed
+(an unsafe fix is judged against it, and ``--each`` reports every ratio against it); the script
+with all fixes, and under torchrun for a distributed rewrite; with ``--each``, the script with
+each fix on its own (``fix_plan``); with ``--keep``, the script with the kept fixes when they are
+not all of them; with ``--profile``, the original under ``torch.profiler`` (``profiling``).
+``verdict`` judges, ``measures`` compares times and memory.
 
 Limits: the original always runs as plain ``python``, so a script that only works under a
 launcher (it reads RANK/WORLD_SIZE) cannot be the reference; training that happens in processes
@@ -24,16 +31,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from torchlint.config import DEFAULT_EXCLUDE, resolve_settings
-from torchlint.engine import fix_source
 from torchlint.fileio import SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, write_source
-from torchlint.harness.runner import Progress, RunResult, run_script
-from torchlint.harness.verdict import PASS, AppliedFix, Verdict, judge, judge_original
+from torchlint.harness import fix_plan, measures
+from torchlint.harness.attribution import ProfileSummary, attribute_findings
+from torchlint.harness.fix_plan import FixRun, FixUnit
+from torchlint.harness.measures import Comparison
+from torchlint.harness.runner import Progress, RunResult, RunSettings, run_script
+from torchlint.harness.verdict import (PASS, AppliedFix, LossNoise, Verdict, judge, judge_original,
+                                       loss_max_rel_diff, nothing_to_verify)
+from torchlint.harness.verdict import one_line as _one_line
 
 DEFAULT_STEPS = 100
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_NPROC_FOR_DISTRIBUTED = 2  # what DESIGN.md asks a distributed rewrite to survive
 MAX_FOLDER_BYTES = 1 << 30
 NOT_COPIED = (*DEFAULT_EXCLUDE, "__pycache__", "*.pyc")
+NOISE_SEED_OFFSET = 1  # the noise run: every seed the script sets, plus one
+PROFILE_WARMUP_STEPS = 2  # the first steps build caches and pay one-time costs
+PROFILE_STEPS = 5
 
 
 class VerifyError(Exception):
@@ -50,6 +65,33 @@ class VerifyOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     seed: int = 0
     script_args: list[str] = field(default_factory=list)
+    each: bool = False  # measure each fix on its own too
+    keep: bool = False  # write the fixes that pass and measure no worse to the script (implies each)
+    profile: bool = False  # rank the findings by measured cost
+
+
+@dataclass
+class FixMeasurement:
+    """One fix (or group of fixes measured together) of ``verify --each``."""
+
+    unit: FixUnit
+    verdict: Verdict
+    loss_max_rel_diff: float | None
+    step_time: Comparison
+    peak_memory: Comparison
+    memory_growth: Comparison
+    run: RunResult | None
+    kept: bool = False
+    why: str = ""  # why it was kept or not
+
+
+@dataclass
+class KeepResult:
+    """What ``--keep`` did to the user's file."""
+
+    kept: list[AppliedFix]
+    written: bool
+    summary: list[str]  # one line per fix: kept or not, and why; then what happened to the file
 
 
 @dataclass
@@ -58,13 +100,48 @@ class VerifyReport:
     steps: int
     device: str
     fixes: list[AppliedFix]
-    runs: dict[str, RunResult | None]  # "original", "fixed" and, for distributed rewrites, "fixed_torchrun"
+    # "original", "original_noise" (shifted seeds), "fixed", "fixed_torchrun" (distributed
+    # rewrites), "kept" (--keep, when not all fixes were kept); None where a run did not happen
+    runs: dict[str, RunResult | None]
     verdict: Verdict
     notes: list[str]
+    noise: LossNoise | None = None
+    comparisons: dict[str, Comparison] = field(default_factory=dict)  # fixed against original
+    per_fix: list[FixMeasurement] | None = None
+    keep: KeepResult | None = None
+    profile: ProfileSummary | None = None
+    profile_run: RunResult | None = None
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+
+class _Runs:
+    """Runs the script's copies in one scratch folder, each with a label of its own."""
+
+    def __init__(self, original_file: SourceFile, options: VerifyOptions, scratch: Path, progress: Progress | None):
+        self.original_file = original_file
+        self.options = options
+        self.scratch = scratch
+        self.progress = progress
+        self.left_out: list[str] = []  # links in the folder that lead to one of its ancestors
+        self.settings = RunSettings(steps=options.steps, seed=options.seed, device=options.device,
+                                    timeout_s=options.timeout_s)
+        self.nproc = 1  # ranks for a distributed rewrite under torchrun; 1: no torchrun run
+
+    def run(self, label: str, source: str | None, nproc: int | None = None, **settings) -> RunResult:
+        folder = label.replace(" ", "_").replace(":", "").replace(",", "")
+        copy = _copy_script_folder(self.original_file, self.scratch / folder, source, self.left_out)
+        run_settings = replace(self.settings, **settings)
+        if self.progress:
+            launcher = f"torchrun --nproc_per_node={nproc}" if nproc else "python"
+            self.progress(f"{label}: running {copy.name} under {launcher} for {run_settings.steps} steps")
+        result = run_script(copy, self.options.script_args, run_settings, label=label,
+                            result_dir=self.scratch / "results" / folder, nproc=nproc, progress=self.progress)
+        if result.harness_error:
+            raise VerifyError(result.harness_error)
+        return result
 
 
 def verify(script: Path, options: VerifyOptions, progress: Progress | None = None) -> VerifyReport:
@@ -73,43 +150,150 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
         raise VerifyError(f"{script}: no such file")
     if options.steps < 1:
         raise VerifyError("--steps must be at least 1")
-    original_file, fixed_source, fixes = apply_fixes(script, options)
+    if options.keep:
+        options = replace(options, each=True)
+    original_file, settings = _read(script, options)
+    everything = fix_plan.apply_fixes(original_file.text, str(script), settings)
+    fixes = sorted(everything.applied.values(), key=lambda fix: (fix.line, fix.code))
     distributed = any(fix.is_distributed_rewrite for fix in fixes)
     nproc = options.nproc if options.nproc is not None else (DEFAULT_NPROC_FOR_DISTRIBUTED if distributed else 1)
     _check_folder_size(script.parent)
 
-    runs: dict[str, RunResult | None] = {"original": None, "fixed": None}
-    left_out: list[str] = []  # links in the folder that lead to one of its ancestors
     with tempfile.TemporaryDirectory(prefix="torchlint-verify-") as scratch_dir:
-        scratch = Path(scratch_dir)
-
-        def run(label: str, source: str | None, launch_nproc: int | None = None) -> RunResult:
-            copy = _copy_script_folder(original_file, scratch / label, source, left_out)
-            if progress:
-                launcher = f"torchrun --nproc_per_node={launch_nproc}" if launch_nproc else "python"
-                progress(f"{label}: running {script.name} under {launcher} for {options.steps} steps")
-            result = run_script(copy, options.script_args, label=label, steps=options.steps, seed=options.seed,
-                                device=options.device, timeout_s=options.timeout_s,
-                                result_dir=scratch / "results" / label, nproc=launch_nproc, progress=progress)
-            if result.harness_error:
-                raise VerifyError(result.harness_error)
-            runs[label] = result
-            return result
-
-        original = run("original", None)
-        device = original.device or options.device
-        verdict = judge_original(original)
-        if verdict is None and not fixes:
-            verdict = Verdict(PASS, ["no fixes apply to this script with the selected rules: nothing to verify"])
-        if verdict is None:
-            fixed = run("fixed", fixed_source)
-            distributed_run = run("fixed_torchrun", fixed_source, launch_nproc=nproc) \
-                if distributed and nproc > 1 else None
-            verdict = judge(original, fixed, fixes, device=device, distributed=distributed_run, nproc=nproc)
-
-    report = VerifyReport(script, options.steps, device, fixes, runs, verdict, notes=[])
-    report.notes = _notes(report, options, distributed, nproc, sorted(set(left_out)))
+        runs = _Runs(original_file, options, Path(scratch_dir), progress)
+        runs.nproc = nproc
+        original = runs.run("original", None)
+        report = VerifyReport(script, options.steps, original.device or options.device, fixes,
+                              {"original": original}, Verdict(PASS, []), notes=[])
+        report.verdict = judge_original(original) or _verify_fixes(report, runs, everything, settings)
+        report.runs.setdefault("fixed", None)
+        if options.profile and report.verdict.name != "error":
+            report.profile_run = runs.run("profile", None, steps=PROFILE_WARMUP_STEPS + PROFILE_STEPS,
+                                          profile_steps=PROFILE_STEPS, profile_warmup=PROFILE_WARMUP_STEPS)
+            report.profile = attribute_findings(fix_plan.lint(original_file.text, str(script), settings),
+                                                report.profile_run)
+        if options.keep and report.per_fix is not None:
+            report.keep = _keep(report, runs, original_file, settings)
+    report.notes = _notes(report, options, distributed, nproc, sorted(set(runs.left_out)))
     return report
+
+
+def _read(script: Path, options: VerifyOptions):
+    try:
+        original = read_source(script)
+    except SourceReadError as error:
+        raise VerifyError(str(error)) from None
+    except SourceDecodeError as error:
+        raise VerifyError(f"{script}: cannot decode the script: {error}") from None
+    return original, resolve_settings(script, select=options.select, unsafe_fixes=options.unsafe_fixes)
+
+
+def _verify_fixes(report: VerifyReport, runs: _Runs, everything: FixRun, settings) -> Verdict:
+    """Run the fixed script (and each fix, with --each) against the original that ran."""
+    original = report.runs["original"]
+    if not report.fixes:
+        return nothing_to_verify(original)
+    options = runs.options
+    noise_run = None
+    if options.each or any(fix.applicability == "unsafe" for fix in report.fixes):
+        noise_run = runs.run("original_noise", None, seed_offset=NOISE_SEED_OFFSET)
+        report.runs["original_noise"] = noise_run
+        if not (noise_run.finished and noise_run.steps == original.steps):
+            noise_run = None  # other seeds broke it: the step-to-step noise stands alone (see the notes)
+    report.noise = LossNoise.measure(original.losses, noise_run.losses if noise_run else None)
+    fixed, verdict = _run_fixes(runs, report, "fixed", everything.source, report.fixes, record=True)
+    report.comparisons = _compare(runs, report, fixed, "fixed", everything.source, noise_run)
+    if options.each:
+        units = fix_plan.fix_units(runs.original_file.text, str(report.script), settings, everything)
+        report.per_fix = [_measure_unit(runs, report, unit, number, noise_run, fixed, verdict)
+                          for number, unit in enumerate(units, start=1)]
+    return verdict
+
+
+def _run_fixes(runs: _Runs, report: VerifyReport, label: str, source: str, fixes: list[AppliedFix],
+               record: bool = False) -> tuple[RunResult, Verdict]:
+    """Run a fixed source (and under torchrun, for a distributed rewrite), and judge it; with
+    ``record``, the runs go into the report's table."""
+    fixed = runs.run(label, source)
+    distributed = None
+    if any(fix.is_distributed_rewrite for fix in fixes) and runs.nproc > 1:
+        distributed = runs.run(f"{label}_torchrun", source, nproc=runs.nproc)
+    if record:
+        report.runs[label] = fixed
+        if distributed is not None:
+            report.runs[f"{label}_torchrun"] = distributed
+    verdict = judge(report.runs["original"], fixed, fixes, device=report.device, noise=report.noise,
+                    distributed=distributed, nproc=runs.nproc)
+    return fixed, verdict
+
+
+def _compare(runs: _Runs, report: VerifyReport, fixed: RunResult, label: str, source: str,
+             noise_run: RunResult | None) -> dict[str, Comparison]:
+    """Step time and memory of a fixed run against the original; a fix that measures slower runs
+    once more, and is slower only if its faster run still is (see ``measures``)."""
+    original = report.runs["original"]
+    originals = [original] + ([noise_run] if noise_run else [])
+    step_time = measures.step_time(originals, [fixed])
+    if step_time.worse and fixed.finished:
+        step_time = measures.step_time(originals, [fixed, runs.run(f"{label} again", source)])
+    return {"step_time": step_time,
+            "peak_memory": measures.peak_memory(original, fixed, noise_run),
+            "memory_growth": measures.memory_growth(original, fixed, noise_run)}
+
+
+def _measure_unit(runs: _Runs, report: VerifyReport, unit: FixUnit, number: int, noise_run: RunResult | None,
+                  all_fixed: RunResult, all_verdict: Verdict) -> FixMeasurement:
+    if len(unit.fixes) + len(unit.with_others) == len(report.fixes):
+        # this unit applies all the fixes: its run and measures are the fixed run's
+        run, verdict, comparisons = all_fixed, all_verdict, report.comparisons
+    else:
+        run, verdict = _run_fixes(runs, report, f"fix {number}", unit.source, [*unit.fixes, *unit.with_others])
+        comparisons = _compare(runs, report, run, f"fix {number}", unit.source, noise_run)
+    original = report.runs["original"]
+    measurement = FixMeasurement(unit, verdict, loss_max_rel_diff(original.losses, run.losses),
+                                 comparisons["step_time"], comparisons["peak_memory"],
+                                 comparisons["memory_growth"], run)
+    measurement.kept, measurement.why = _keep_decision(measurement)
+    return measurement
+
+
+def _keep_decision(measurement: FixMeasurement) -> tuple[bool, str]:
+    """Keep a fix that passes and measures no worse than the original beyond noise."""
+    if measurement.verdict.name != PASS:
+        return False, f"its verdict is {measurement.verdict.name}: {measurement.verdict.reasons[-1]}"
+    measured = {"step time": measurement.step_time, "peak memory": measurement.peak_memory,
+                "memory growth": measurement.memory_growth}
+    worse = [f"{name} {c.describe(in_bytes=name == 'memory growth')}" for name, c in measured.items() if c.worse]
+    if worse:
+        return False, "it passes but measures worse: " + "; ".join(worse)
+    better = [f"{name} {c.change}" for name, c in measured.items() if c.better]
+    return True, "it passes" + (f" and measures better: {', '.join(better)}" if better
+                                else ", with no measured change in step time or memory")
+
+
+def _keep(report: VerifyReport, runs: _Runs, original_file: SourceFile, settings) -> KeepResult:
+    """Write the fixes that were kept to the user's script, when together they pass again."""
+    kept_units = [m for m in report.per_fix if m.kept]
+    summary = [f"{'kept' if m.kept else 'not kept'}: {m.unit.label} ({m.why})" for m in report.per_fix]
+    kept = [fix for m in kept_units for fix in m.unit.fixes]
+    if not kept:
+        return KeepResult([], False, summary + [f"{report.script.name} was not changed: no fix was kept"])
+    ids = {fix_id for m in kept_units for fix_id in m.unit.ids}
+    run = fix_plan.apply_fixes(original_file.text, str(report.script), settings, lambda fix_id: fix_id in ids)
+    if len(ids) == len(report.fixes):
+        verdict = report.verdict
+    else:
+        _, verdict = _run_fixes(runs, report, "kept", run.source, kept, record=True)
+    if verdict.name != PASS:
+        return KeepResult(kept, False, summary + [
+            f"{report.script.name} was not changed: the kept fixes together do not pass ({verdict.reasons[-1]})"])
+    try:
+        write_source(original_file, run.source)
+    except WriteError as error:
+        raise VerifyError(str(error)) from None
+    return KeepResult(kept, True, summary + [
+        f"{report.script.name} was rewritten with the {len(kept)} kept fix{'es' if len(kept) > 1 else ''}, "
+        "which pass together"])
 
 
 def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, nproc: int,
@@ -123,12 +307,19 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
               for label, run in report.runs.items() if run is not None and run.cuda_mapped_calls]
     if mapped:
         notes.append("CUDA calls ran on the CPU: the runs' device is the CPU, so the harness mapped .cuda(), "
-                     f"device=\"cuda\" and the like to it ({', '.join(mapped)})")
+                     f"device=\"cuda\" and the like to it ({', '.join(mapped)}); CUDA autocast regions kept "
+                     "CUDA's op policy (an op it rejects fails the run) but computed in float32")
     original = report.runs["original"]
     if original.memory_measure and original.memory_measure.startswith("heap-in-use"):
         on_cuda = " plus the CUDA allocator's" if "cuda" in original.memory_measure else ""
         notes.append(f"memory growth is measured on the bytes the C heap holds in use{on_cuda} (live tensors "
                      "and autograd graphs; allocator caches excluded), late steps minus early steps")
+    noise_run = report.runs.get("original_noise")
+    if noise_run is not None:
+        usable = report.noise is not None and report.noise.seed_spread is not None
+        notes.append("run-to-run noise: the original ran a second time with every seed it sets shifted by "
+                     f"{NOISE_SEED_OFFSET}" + ("" if usable else f", but that run did not finish its steps "
+                                               f"({_one_line(noise_run)}), so step-to-step noise alone was used"))
     if report.fixes:
         notes.append(f"fixes were applied to {report.script.name} only; modules it imports ran as written")
     if original.finished and original.steps and not original.stopped_by_harness:
@@ -139,22 +330,11 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
     if options.nproc and options.nproc > 1 and not distributed:
         notes.append(f"--nproc {options.nproc} was not used: it applies to distributed rewrites (TL5xx) only, "
                      "and none was applied")
+    if report.profile_run is not None:
+        notes.append(f"--profile: the original ran again under torch.profiler with Python stacks for steps "
+                     f"{PROFILE_WARMUP_STEPS + 1}-{PROFILE_WARMUP_STEPS + PROFILE_STEPS}; the profiler slows "
+                     "Python-heavy code, so shares are of the profiled step, not of the plain one")
     return notes
-
-
-def apply_fixes(script: Path, options: VerifyOptions) -> tuple[SourceFile, str, list[AppliedFix]]:
-    """The script as read (in its declared encoding), its fixed text and the fixes it took, with
-    the project's configuration."""
-    try:
-        original = read_source(script)
-    except SourceReadError as error:
-        raise VerifyError(str(error)) from None
-    except SourceDecodeError as error:
-        raise VerifyError(f"{script}: cannot decode the script: {error}") from None
-    settings = resolve_settings(script, select=options.select, unsafe_fixes=options.unsafe_fixes)
-    result = fix_source(original.text, str(script), settings)
-    fixes = [AppliedFix(d.code, d.line + 1, d.fix.applicability) for d in result.fixed]
-    return original, result.source, sorted(fixes, key=lambda fix: (fix.line, fix.code))
 
 
 def _not_copied(name: str) -> bool:

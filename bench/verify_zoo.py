@@ -1,0 +1,169 @@
+"""Run `torchlint verify --each --unsafe-fixes` on every script of the zoo (bench/zoo/) and write
+bench/results/verify-zoo.md: per script, the verdict on all fixes and the measured noise; per
+fix, its verdict, loss drift, step-time and peak-memory ratios, memory growth and whether
+`--keep` would keep it.
+
+    python bench/verify_zoo.py                 # all scripts, results to bench/results/verify-zoo.md
+    python bench/verify_zoo.py cnn_mnist gan_paintings --out /tmp/zoo.md
+
+Each run uses one intra-op thread (OMP_NUM_THREADS=1, unless set): the runs of a verification
+take turns on the machine, and torch's thread pool slows down several-fold when the cores are
+shared. The zoo's scripts and what was changed in each are listed in bench/zoo/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ZOO = ROOT / "bench" / "zoo"
+DEFAULT_OUT = ROOT / "bench" / "results" / "verify-zoo.md"
+
+
+@dataclass(frozen=True)
+class ZooScript:
+    name: str  # the folder under bench/zoo
+    script: str  # the file verify runs, in that folder
+    kind: str
+    steps: int
+    args: list[str] = field(default_factory=list)
+
+
+SCRIPTS = [
+    ZooScript("cnn_mnist", "train.py", "CNN (MorvanZhou/PyTorch-Tutorial)", 20),
+    ZooScript("resnet_cifar", "trainer.py", "ResNet-20 on CIFAR shapes, DataParallel (akamaster)", 8, ["-b", "32"]),
+    ZooScript("gan_paintings", "train.py", "GAN (MorvanZhou/PyTorch-Tutorial)", 40),
+    ZooScript("vae_lightning", "run.py", "VAE in a LightningModule (AntixK/PyTorch-VAE)", 8),
+    ZooScript("char_lstm", "train.py", "character LSTM language model (graykode/nlp-tutorial)", 40),
+    ZooScript("word_nnlm", "train.py", "word n-gram language model (graykode/nlp-tutorial)", 40),
+    ZooScript("mingpt_chargpt", "chargpt.py", "small GPT, character level (karpathy/minGPT)", 20),
+    ZooScript("reinforce_cartpole", "train.py", "policy gradient, REINFORCE (seungeunrho/minimalRL)", 20),
+    ZooScript("nanogpt_ddp", "train.py", "GPT trainer for DDP/torchrun with AMP (karpathy/nanoGPT)", 20),
+    ZooScript("amp_recipe", "amp_recipe.py", "AMP: autocast + GradScaler (pytorch/tutorials recipe)", 16),
+]
+
+
+def verify_one(entry: ZooScript):
+    from torchlint.harness.verify import VerifyOptions, verify
+
+    options = VerifyOptions(steps=entry.steps, unsafe_fixes=True, each=True, script_args=entry.args,
+                            timeout_s=900)
+    started = time.monotonic()
+    report = verify(ZOO / entry.name / entry.script, options,
+                    progress=lambda message: print(f"  {entry.name}: {message}", file=sys.stderr))
+    return report, time.monotonic() - started
+
+
+def _ratio(comparison) -> str:
+    if comparison.value is None:
+        return "-"
+    noise = "" if comparison.noise is None else f" ±{comparison.noise:.0%}"
+    word = "" if comparison.change == "no measured change" else f" **{comparison.change}**"
+    return f"{comparison.value:.2f}x{noise}{word}"
+
+
+def _growth(comparison) -> str:
+    if comparison.value is None:
+        return "-"
+    word = "" if comparison.change == "no measured change" else f" **{comparison.change}**"
+    return f"{comparison.value / 1024:+.0f} KiB (±{comparison.noise / 1024:.0f}){word}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_row(entry: ZooScript, report, seconds: float) -> str:
+    noise = report.noise
+    tolerance = "-" if noise is None else f"{noise.tolerance:.3g}"
+    spread = "-" if noise is None or noise.seed_spread is None else f"{noise.seed_spread:.3g}"
+    step_noise = report.comparisons.get("step_time")
+    step_noise_text = "-" if step_noise is None or step_noise.noise is None else f"±{step_noise.noise:.0%}"
+    original = report.runs["original"]
+    step_ms = "-" if not original.step_time_s else f"{original.step_time_s * 1e3:.1f}"
+    return (f"| `{entry.name}/{entry.script}` | {entry.kind} | {len(report.fixes)} | {report.verdict.name} | "
+            f"{original.steps} | {step_ms} | {spread} | {tolerance} | {step_noise_text} | {seconds:.0f} |")
+
+
+def fix_rows(entry: ZooScript, report) -> list[str]:
+    rows = []
+    for m in report.per_fix or []:
+        diff = "-" if m.loss_max_rel_diff is None else f"{m.loss_max_rel_diff:.2g}"
+        safety = "/".join(sorted({fix.applicability for fix in m.unit.fixes}))
+        why = "" if m.verdict.name == "pass" else _cell(m.verdict.reasons[-1])[:160]
+        rows.append(f"| `{entry.name}` | {m.unit.label} | {safety} | {m.verdict.name} | {diff} | "
+                    f"{_ratio(m.step_time)} | {_ratio(m.peak_memory)} | {_growth(m.memory_growth)} | "
+                    f"{'yes' if m.kept else 'no'} | {why} |")
+    return rows
+
+
+def render(results: list) -> str:
+    import torch
+
+    lines = [
+        "# `torchlint verify --each --unsafe-fixes` on the zoo",
+        "",
+        f"Written by `python bench/verify_zoo.py` on {time.strftime('%Y-%m-%d')}: torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPU cores shared with other work, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, no GPU.",
+        "",
+        "**GPU figures are missing:** no GPU was lent to the session that ran this, so every run is on the "
+        "CPU, with CUDA calls mapped to it (the CUDA-only gains of fused optimizers, TF32, pinned memory and "
+        "autocast cannot show here; `--device cuda` runs the same bench on a GPU).",
+        "",
+        "Noise, per script: *seed spread* is how far the mean loss of the last steps moves when the original "
+        "runs again with every seed shifted by one; *loss tolerance* is what an unsafe fix's run may end above "
+        "the original (3x the larger of the seed spread and the step-to-step noise); *step-time noise* is the "
+        "band within which a step-time ratio is reported as no measured change.",
+        "",
+        "| script | what | fixes | verdict (all fixes) | steps | step ms | seed spread | loss tolerance | "
+        "step-time noise | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [summary_row(entry, report, seconds) for entry, report, seconds in results]
+    lines += [
+        "",
+        "## Each fix on its own",
+        "",
+        "Ratios are the fixed run against the original (best of each side's runs); a ratio inside its noise "
+        "band carries no word. *kept*: what `--keep` would write (passes, and measures no worse).",
+        "",
+        "| script | fix | safety | verdict | loss max rel. diff | step time | peak memory | memory growth | kept | "
+        "why not pass |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry, report, _ in results:
+        lines += fix_rows(entry, report)
+    without = [f"`{entry.name}` ({report.verdict.name}: {_cell(report.verdict.reasons[0])})"
+               for entry, report, _ in results if not report.per_fix]
+    if without:
+        lines += ["", "Scripts with no fix measured: " + "; ".join(without) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="zoo folders to run (default: all)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    chosen = [entry for entry in SCRIPTS if not args.names or entry.name in args.names]
+    results = []
+    for entry in chosen:
+        print(f"{entry.name}: verify --each --unsafe-fixes --steps {entry.steps}", file=sys.stderr)
+        report, seconds = verify_one(entry)
+        results.append((entry, report, seconds))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(results), encoding="utf-8")
+    print(f"written to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

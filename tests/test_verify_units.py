@@ -1,0 +1,189 @@
+"""The pieces of `torchlint verify` that need no training run: the verdict on given trajectories,
+the noise bands of step-time and memory comparisons, and which fixes are measured together.
+(test_verify.py runs real scripts end to end.)"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from harness_helpers import LowerLearningRateClaimedSafe
+from torchlint.config import resolve_settings
+from torchlint.engine import fix_source, lint_source
+from torchlint.harness import fix_plan, measures
+from torchlint.harness.runner import RunResult
+from torchlint.harness.verdict import AppliedFix, LossNoise, judge, loss_max_rel_diff
+
+UNSAFE = [AppliedFix("TL999", 3, "unsafe")]
+
+
+def run(losses, step_times=None, peak=300 << 20, growth=0) -> RunResult:
+    return RunResult(finished=True, steps=len(losses), losses=list(losses),
+                     step_time_s=None if not step_times else sorted(step_times)[len(step_times) // 2],
+                     peak_memory_bytes=peak, memory_growth_bytes=growth, world_size=1, error=None,
+                     step_times_s=list(step_times or []))
+
+
+def trajectory(steps: int, seed: int, rate: float, level: float = 1.0, jitter: float = 0.05) -> list[float]:
+    """A loss that decays at ``rate`` per step towards 0.1, with minibatch jitter."""
+    rng = random.Random(seed)
+    return [0.1 + level * math.exp(-rate * step) * (1 + jitter * rng.uniform(-1, 1)) for step in range(steps)]
+
+
+def unsafe_verdict(original, fixed, noise_run):
+    noise = LossNoise.measure(original, noise_run)
+    return judge(run(original), run(fixed), UNSAFE, device="cpu", noise=noise)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 5, 9, 10, 30, 99, 250])
+@pytest.mark.parametrize("rate", [0.0, 0.003, 0.05])  # not training, barely (the 9% case), clearly
+def test_a_fix_whose_run_matches_the_original_passes_for_any_number_of_steps(steps, rate):
+    original = trajectory(steps, 0, rate)
+    verdict = unsafe_verdict(original, list(original), trajectory(steps, 1, rate))
+    assert verdict.name == "pass", verdict.reasons
+    assert "its losses match the original's at every step" in verdict.reasons[1]
+
+
+def test_an_original_that_does_not_train_is_said_and_is_not_the_fixes_failure():
+    original = trajectory(30, 0, 0.0)
+    verdict = unsafe_verdict(original, list(original), trajectory(30, 1, 0.0))
+    assert verdict.name == "pass"
+    assert "the original itself does not train over these 30 steps" in verdict.reasons[1]
+
+
+@pytest.mark.parametrize("steps", [1, 4, 30])
+def test_a_diverging_fix_fails(steps):
+    original = trajectory(steps, 0, 0.05)
+    diverged = [loss * 10 ** (4 * (step + 1)) for step, loss in enumerate(original)]  # lr x 1e4
+    verdict = unsafe_verdict(original, diverged, trajectory(steps, 1, 0.05))
+    assert verdict.name == "fail"
+    assert "trains worse than the original" in verdict.reasons[1]
+
+
+def test_a_non_finite_loss_fails():
+    original = trajectory(10, 0, 0.05)
+    verdict = unsafe_verdict(original, original[:5] + [math.inf] * 5, trajectory(10, 1, 0.05))
+    assert verdict.name == "fail" and "the loss is inf at step 6" in verdict.reasons[1]
+
+
+def test_a_fix_within_seed_noise_passes_and_beyond_it_fails():
+    original, other_seeds = trajectory(40, 0, 0.05), trajectory(40, 1, 0.05)
+    noise = LossNoise.measure(original, other_seeds)
+    assert noise.seed_spread > 0 and noise.tolerance >= 3 * noise.seed_spread
+    within = [loss + noise.tolerance / 2 for loss in original]
+    beyond = [loss + noise.tolerance * 2 for loss in original]
+    assert unsafe_verdict(original, within, other_seeds).name == "pass"
+    assert unsafe_verdict(original, beyond, other_seeds).name == "fail"
+
+
+def test_loss_max_rel_diff():
+    assert loss_max_rel_diff([1.0, 2.0], [1.0, 2.0]) == 0
+    assert loss_max_rel_diff([1.0, 2.0], [1.1, 2.0]) == pytest.approx(0.1)
+    assert loss_max_rel_diff([1.0], [math.nan]) is None
+
+
+# --- step time and memory: no gain or loss within noise --------------------------------------------
+
+def test_a_step_time_ratio_within_noise_is_no_measured_change():
+    steady = [0.010 + 0.0005 * (i % 5) for i in range(40)]
+    original, again = run([1.0] * 40, steady), run([1.0] * 40, [t * 1.05 for t in steady])
+    two_percent = measures.step_time([original, again], [run([1.0] * 40, [t * 1.02 for t in steady])])
+    assert two_percent.change == measures.NO_CHANGE and two_percent.noise >= 0.05
+    half = measures.step_time([original, again], [run([1.0] * 40, [t * 0.5 for t in steady])])
+    assert half.change == "faster" and half.value == pytest.approx(0.5)
+    double = measures.step_time([original, again], [run([1.0] * 40, [t * 2 for t in steady])])
+    assert double.change == "slower" and double.worse
+
+
+def test_a_slow_run_among_two_does_not_make_a_fix_slower():
+    steady = [0.010] * 40
+    original = run([1.0] * 40, steady)
+    disturbed, undisturbed = run([1.0] * 40, [0.02] * 40), run([1.0] * 40, steady)
+    assert measures.step_time([original], [disturbed, undisturbed]).change == measures.NO_CHANGE
+
+
+def test_too_few_steps_measure_no_change():
+    comparison = measures.step_time([run([1.0], [0.01])], [run([1.0], [0.02])])
+    assert comparison.value == pytest.approx(2) and comparison.change == "not measured"
+
+
+def test_memory_comparisons():
+    original, again = run([1.0], peak=300 << 20, growth=0), run([1.0], peak=301 << 20, growth=10_000)
+    assert measures.peak_memory(original, run([1.0], peak=302 << 20), again).change == measures.NO_CHANGE
+    assert measures.peak_memory(original, run([1.0], peak=400 << 20), again).change == "more"
+    assert measures.memory_growth(original, run([1.0], growth=-(1 << 20)), again).change == "less"
+    assert measures.memory_growth(original, run([1.0], growth=20_000), again).change == measures.NO_CHANGE
+
+
+# --- which fixes are measured together ---------------------------------------------------------------
+
+TWO_LEAKS = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses, totals = [], []
+for step in range(10):
+    optimizer.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+    totals.append(loss)
+"""
+
+
+def settings_for(tmp_path, **options):
+    return resolve_settings(tmp_path / "train.py", **options)
+
+
+def test_all_fixes_are_the_engines_and_each_applies_alone(tmp_path):
+    settings = settings_for(tmp_path, select=["TL101"])
+    everything = fix_plan.apply_fixes(TWO_LEAKS, "train.py", settings)
+    assert everything.source == fix_source(TWO_LEAKS, "train.py", settings).source
+    assert [(i.code, i.line) for i in everything.applied] == [("TL101", 11), ("TL101", 12)]
+    units = fix_plan.fix_units(TWO_LEAKS, "train.py", settings, everything)
+    assert [unit.label for unit in units] == ["TL101:11", "TL101:12"]
+    assert units[0].source == TWO_LEAKS.replace("losses.append(loss)", "losses.append(loss.detach())")
+    assert units[1].source == TWO_LEAKS.replace("totals.append(loss)", "totals.append(loss.detach())")
+
+
+def test_a_fix_taken_in_a_later_round_keeps_its_original_line(tmp_path):
+    # TL501's rewrite inserts a helper of many lines; TL705's fix lands in a later round, and is
+    # still named by its line in the script as written.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "training" / "dataparallel.py"
+    text = script.read_text(encoding="utf-8")
+    settings = resolve_settings(script, unsafe_fixes=True)
+    everything = fix_plan.apply_fixes(text, str(script), settings)
+    first_lint = {(d.code, d.line + 1) for d in lint_source(text, str(script), settings) if d.fix}
+    assert {(i.code, i.line) for i in everything.applied} <= first_lint
+    units = fix_plan.fix_units(text, str(script), settings, everything)
+    assert all(len(unit.ids) == 1 for unit in units)
+
+
+def test_planted_rule_goes_through_the_same_rounds(monkeypatch, tmp_path):
+    monkeypatch.setattr(fix_plan, "lint", lambda source, path, settings:
+                        lint_source(source, path, settings, rules=(LowerLearningRateClaimedSafe,)))
+    everything = fix_plan.apply_fixes(TWO_LEAKS, "train.py", settings_for(tmp_path))
+    assert [i.code for i in everything.applied] == ["TL998"]
+    assert "lr=0.01" in everything.source
+
+
+def test_fixes_that_need_another_rules_fix_are_measured_with_it_and_reported_once():
+    # mlp_move.py: TL203's non_blocking copies exist only once TL602 has pinned the loader.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "training" / "mlp_move.py"
+    text = script.read_text(encoding="utf-8")
+    settings = resolve_settings(script)
+    everything = fix_plan.apply_fixes(text, str(script), settings)
+    units = fix_plan.fix_units(text, str(script), settings, everything)
+    reported = [fix_id for unit in units for fix_id in unit.ids]
+    assert sorted(reported) == sorted(everything.applied)  # every fix once
+    dependent = next(unit for unit in units if unit.fixes[0].code == "TL203")
+    assert dependent.source == everything.source and "after other fixes" in dependent.grouped
+    assert {fix.code for fix in dependent.with_others} >= {"TL602"}
