@@ -1,0 +1,189 @@
+"""
+## What it does
+
+Finds `torch.compile(...)` (and `model.compile()` on a module of the file) called on every step of
+a training loop, or on every batch of a loop that runs a model, with arguments the loop does not
+change: the same model or function compiled again and again.
+
+## Why is it slow
+
+`torch.compile` returns a new wrapper each time it is called. Dynamo finds the code it compiled
+before in its cache, so on torch 2.13 nothing is compiled twice, but every call builds the wrapper
+again and every step pays for it: measured on CPU with torch 2.13, `torch.compile(model)(x)` inside
+the loop took 64 ms a step for a three-layer MLP against 0.3 ms for the wrapper made once before
+the loop, and 20 ms against 0.08 ms for a small function (median of 100 steps after the first).
+Compiling the compiled module again (`model = torch.compile(model)` in the loop) is worse: the
+second call returns a plain function, which has no `state_dict()` or `parameters()`.
+
+## Example
+
+```python
+for x, y in loader:
+    compiled = torch.compile(model)
+    loss = F.cross_entropy(compiled(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+## Use instead
+
+```python
+compiled = torch.compile(model)
+for x, y in loader:
+    loss = F.cross_entropy(compiled(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+## Fix safety
+
+Safe when the call is a statement of its own, `name = torch.compile(...)`, whose arguments the
+loop never rebinds, and `name` is bound nowhere else in the loop and not read before it: the fix
+moves the statement before the outermost loop in which that holds. `torch.compile` compiles
+lazily, on the first call of what it returns, so nothing runs earlier than before (only an error
+`torch.compile` raises at once, such as an unknown `mode`, comes before the loop's first
+statements). The same move is unsafe for `model = torch.compile(model)`, which compiles its own
+result again on later iterations: moved, `model` stays a compiled module (with `state_dict()`)
+where the original turned it into a function. The rule is silent when a condition inside the loop
+guards the call (a one-time lazy compile: `if compiled is None:`), when the loop changes what is
+compiled (`for mode in modes: torch.compile(model, mode=mode)`), and for loops over epochs (once
+per epoch costs little).
+
+## References
+
+- https://pytorch.org/docs/stable/generated/torch.compile.html
+- https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html
+- https://pytorch.org/docs/stable/torch.compiler_faq.html
+"""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from torchlint.analysis.compiled import ast_compile_calls, compiled_code
+from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, iterated_name
+from torchlint.analysis.syntax import contains, last_simple_statement
+from torchlint.analysis.walk import walk
+from torchlint.fixes import statement_edit
+from torchlint.rule import Rule, SyntaxIndex
+
+from torchlint.rules._recompile import bound_in, read_names
+
+# Between the call and its loop: nodes under which the call does not run on every iteration.
+CONDITIONAL = (cst.If, cst.IfExp, cst.ExceptHandler, cst.ExceptStarHandler, cst.Lambda, cst.CompFor, cst.Match,
+               cst.BooleanOperation)
+
+
+class CompileInLoop(Rule):
+    code = "TLC002"
+    name = "compile-in-loop"
+    kind = "performance"
+    summary = "`torch.compile(...)` called again on every step of a loop, with the same arguments"
+    fix_applicability = "safe"
+    triggers = ("compile",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        loops = ast_loop_lines(index)
+        return any(isinstance(node, ast.Call) and loops[node.lineno] for node in ast_compile_calls(index))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        site = next((site for site in compiled.sites if site.node is node), None)
+        if site is None or self.ctx.programs.in_test_code():
+            return
+        loops = self.ctx.loops.enclosing_loops()
+        if not loops or not self._every_iteration(loops[0]) or not self._per_batch(loops[0]):
+            return
+        arguments = set().union(*(read_names(arg.value) for arg in node.args))
+        own = self._own_target()
+        changed = arguments - own
+        if changed & bound_in(loops[0]):
+            return  # the loop changes what is compiled: compiling each time is the point
+        target = loops[0]
+        for outer in loops[1:]:
+            if changed & bound_in(outer) or not self._every_iteration(outer):
+                break
+            target = outer
+        rewraps = bool(arguments & own)
+        message = (f"`{site.label}` runs on every step of the loop with the same arguments: each call builds the "
+                   "compiled wrapper again (on torch 2.13 about 64 ms a step for a small model, against 0.3 ms for "
+                   "one made before the loop)")
+        if rewraps:
+            message += "; compiling the compiled module again also turns it into a plain function"
+        self.report(node, message + "; compile once, before the loop", self._fix(target, rewraps))
+
+    def _every_iteration(self, loop: cst.CSTNode) -> bool:
+        """No condition, handler, lambda or comprehension between the call and ``loop``."""
+        chain = self.ctx.ancestors[:-1]
+        return not any(isinstance(node, CONDITIONAL) for node in chain[chain.index(loop) + 1:])
+
+    def _per_batch(self, loop: cst.CSTNode) -> bool:
+        """Is the innermost loop around the call one that runs per training step or per batch (it
+        backpropagates, runs a model, or iterates a loader), rather than per epoch?"""
+        if self.ctx.loops.step_loop() is loop:
+            return True
+        if self.ctx.loops.backpropagated_names(loop) is not None:
+            return False  # an epoch loop: the steps are in a loop inside it
+        loader = iterated_name(loop, self.ctx.bindings) if isinstance(loop, cst.For) else None
+        ancestors = {id(n) for n in self.ctx.ancestors}
+        inner_batches = [inner for inner in self.ctx.loops.nested_loops(loop) if id(inner) not in ancestors
+                         and calls_model(inner.body)]
+        return not inner_batches and (calls_model(loop.body) or bool(
+            loader and LOADER_NAME.search(loader.rsplit(".", 1)[-1])))
+
+    def _own_target(self) -> set[str]:
+        """``{"model"}`` for ``model = torch.compile(model)``: the name the call's statement binds."""
+        bound = self.ctx.bound_name()
+        return {bound} if bound is not None else set()
+
+    def _fix(self, loop: cst.CSTNode, rewraps: bool):
+        statement = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
+        assign = self.ctx.parent
+        if not isinstance(assign, cst.Assign) or not isinstance(statement, cst.SimpleStatementLine) \
+                or len(statement.body) != 1 or len(assign.targets) != 1 \
+                or not isinstance(assign.targets[0].target, cst.Name):
+            return None
+        name = assign.targets[0].target.value
+        block = self.ctx.ancestors[-4]
+        if not isinstance(block, cst.IndentedBlock) or contains(statement, last_simple_statement(loop)) \
+                or self._bound_elsewhere(loop, statement, name) or self._read_before(loop, statement, name):
+            return None
+        rest = [s for s in block.body if s is not statement] or [cst.SimpleStatementLine([cst.Pass()])]
+        moved = loop.deep_replace(block, block.with_changes(body=rest)).with_changes(leading_lines=[])
+        edit = statement_edit(self.ctx, loop, [statement, moved])
+        return self.fix("Compile once, before the loop", edit, applicability="unsafe" if rewraps else None)
+
+    @staticmethod
+    def _bound_elsewhere(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
+        others = [s for s in _statements_in(loop) if s is not statement]
+        return any(name in bound_in(s) for s in others) or isinstance(loop, cst.For) and name in bound_in(loop.target)
+
+    @staticmethod
+    def _read_before(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
+        """Is ``name`` read in the loop before the statement that binds it (the previous
+        iteration's value, or an older one)?"""
+        if name in read_names(loop.test if isinstance(loop, cst.While) else loop.iter):
+            return True
+        for other in _statements_in(loop):
+            if other is statement:
+                return False
+            if name in read_names(other):
+                return True
+        return False
+
+
+def _statements_in(loop: cst.CSTNode) -> list[cst.CSTNode]:
+    """The simple statement lines of a loop's body, nested ones included, in source order."""
+    found: list[cst.CSTNode] = []
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.SimpleStatementLine):
+            found.append(node)
+            return False
+        return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
+
+    walk(loop.body, on_visit)
+    return found
