@@ -153,14 +153,21 @@ class _RegionScan:
 
     def breaks(self) -> list[tuple[cst.CSTNode, BreakKind]]:
         found: list[tuple[cst.CSTNode, BreakKind]] = []
+        eager = self.compiled.eager_branches(self.function)
         stack: list[cst.CSTNode] = [self.function.body]
+        targets: set[int] = set()  # `x[mask] = 0` writes through a mask: Dynamo keeps that in the graph
         while stack:
             node = stack.pop()
-            kind = self._break(node)
+            if isinstance(node, cst.Assign):
+                targets.update(id(target.target) for target in node.targets)
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                targets.add(id(node.target))
+            kind = self._break(node) if id(node) not in targets else None
             if kind is not None:
                 found.append((node, kind))
             for child in reversed(children(node)):
-                if isinstance(child, (cst.FunctionDef, cst.ClassDef)) or untraced_branch(node, child, self.bindings):
+                if isinstance(child, (cst.FunctionDef, cst.ClassDef)) or id(child) in eager \
+                        or untraced_branch(node, child, self.bindings):
                     continue
                 stack.append(child)
         return found
@@ -388,5 +395,5 @@ class _AttributeScan:
         if qualified in self.PARAMETERS:
             self.tensors.add(name)
         elif qualified.startswith("torch.nn.") and not qualified.startswith("torch.nn.functional.") \
-                or dotted_name(value.func) in self.compiled.module_classes:
+                or dotted_name(value.func) in self.compiled.callees.module_classes:
             self.layers.add(name)

@@ -112,12 +112,19 @@ def loop_counters(loop: cst.CSTNode, bindings: Bindings) -> set[str]:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return False
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) \
-                and isinstance(node.value, (cst.Integer, cst.Float)):
+                and isinstance(node.value, (cst.Integer, cst.Float)) and _starts_as_number(node.target.value, bindings):
             found.add(node.target.value)
         return True
 
     walk(loop.body, on_visit)
     return found
+
+
+def _starts_as_number(name: str, bindings: Bindings) -> bool:
+    """Is ``name`` assigned a number literal in the file (``step = 0``), so that ``step += 1``
+    counts, rather than steps a tensor in place (``input_pos += 1``)?"""
+    return any(isinstance(value, (cst.Integer, cst.Float)) or isinstance(value, cst.UnaryOperation)
+               and isinstance(value.expression, (cst.Integer, cst.Float)) for value in bindings.values(name))
 
 
 def _named(func: cst.BaseExpression, bindings: Bindings) -> str | None:

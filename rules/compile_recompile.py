@@ -84,7 +84,8 @@ class CompileRecompile(Rule):
             return
         compiled = compiled_code(self.ctx.module, self.ctx.bindings)
         site = compiled.compiled_callable(node.func)
-        if site is None or site.dynamic not in (None, False) or self.ctx.programs.in_test_code():
+        if site is None or site.dynamic not in (None, False) or compiled.configures_dynamic \
+                or self.ctx.programs.in_test_code():
             return
         for loop in self.ctx.loops.enclosing_loops():
             changing = self._changing.setdefault(id(loop), ChangingValues(loop, self.ctx.bindings))

@@ -30,7 +30,8 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.callees import Callees, self_attribute
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, find_keyword, literal_value, positional_args
+from torchlint.analysis.syntax import (ast_dotted_name, contains, dotted_name, find_keyword, literal_value,
+                                       positional_args)
 from torchlint.analysis.walk import walk
 
 COMPILE_FUNCTIONS = frozenset({"torch.compile", "torch._dynamo.optimize"})
@@ -38,6 +39,7 @@ DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable
                                 "torch._dynamo.eval_frame.disable"})
 # Tests that hold while Dynamo traces (`torch.compiler.is_compiling()`, transformers'
 # `is_torchdynamo_compiling()`), matched by the last part of the name.
+DYNAMIC_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default")
 COMPILING_TESTS = frozenset({"is_compiling", "is_dynamo_compiling", "is_torchdynamo_compiling"})
 
 
@@ -167,15 +169,40 @@ class CompiledCode:
         return self.callees.owner(function)
 
     @cached_property
+    def configures_dynamic(self) -> bool:
+        """Does the file set Dynamo's dynamic-shape options (``automatic_dynamic_shapes``,
+        ``assume_static_by_default``): a program that decided how shapes and numbers specialize?"""
+        return any(word in self.module.code for word in DYNAMIC_SETTINGS)
+
+    @cached_property
     def marks_dynamic(self) -> bool:
         """Does the file mark shapes dynamic anywhere: ``torch._dynamo.mark_dynamic`` (or
         ``maybe_mark_dynamic``, ``mark_unbacked``), a compile site with ``dynamic=`` other than
-        ``False``/``None``, or a setting of Dynamo's shape configuration?"""
-        if any(site.dynamic not in (None, False) for site in self.sites):
+        ``False``/``None``, or a setting of Dynamo's shape options?"""
+        if any(site.dynamic not in (None, False) for site in self.sites) or self.configures_dynamic:
             return True
-        text = self.module.code
-        return any(word in text for word in ("mark_dynamic", "mark_unbacked", "automatic_dynamic_shapes",
-                                             "assume_static_by_default"))
+        return any(word in self.module.code for word in ("mark_dynamic", "mark_unbacked"))
+
+    def eager_branches(self, function: cst.FunctionDef) -> frozenset[int]:
+        """The branches of a function's ``if`` statements that compile the function itself
+        (``if _compile: return torch.compile(create_block_mask)(..., _compile=False)``): the eager
+        entry that dispatches to the compiled function, never traced by it."""
+        own = [site.node for site in self.sites if function in site.entries]
+        if not own:
+            return frozenset()
+        found: set[int] = set()
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            if isinstance(node, cst.If):
+                for branch in (node.body, node.orelse):
+                    if branch is not None and any(contains(branch, site) for site in own):
+                        found.add(id(branch))
+            return True
+
+        walk(function.body, on_visit)
+        return frozenset(found)
 
     # --- compile sites --------------------------------------------------------------------------------
     def _collect_sites(self) -> None:
@@ -290,13 +317,14 @@ class CompiledCode:
         owner = self.callees.owner(function)
         submodules = self.callees.submodules(owner) if owner is not None else {}
         scopes = self.callees.scopes_of(function)
+        eager = self.eager_branches(function)
         found: list[cst.FunctionDef] = []
 
         def add(*functions: cst.FunctionDef | None) -> None:
             found.extend(f for f in functions if f is not None and f not in found)
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or id(node) in eager:
                 return False
             if isinstance(node, cst.Call):
                 add(*self._called(node, owner, scopes))
