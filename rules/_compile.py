@@ -17,7 +17,7 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.compiled import CompiledCode, Region, untraced_branch
 from torchlint.analysis.syntax import dotted_name, method_call, positional_args, string_value
-from torchlint.analysis.walk import children
+from torchlint.analysis.walk import children, walk
 from torchlint.rule import RuleContext
 
 
@@ -247,7 +247,7 @@ class TensorValues:
         self.compiled = compiled
         self.function = function
         self.owner = compiled.owner(function)
-        self._following: set[str] = set()
+        self._names_read: dict[int, bool] = {}  # per Name node: does it hold a tensor there
 
     def data_dependent(self, test: cst.BaseExpression) -> bool:
         """Does the truth of ``test`` depend on tensor values (``x.sum() > 0``, ``mask.any()``)?"""
@@ -288,7 +288,7 @@ class TensorValues:
         if isinstance(expr, cst.Attribute):
             return self._self_name(expr) in self._tensor_attributes
         if isinstance(expr, cst.Name):
-            return self._tensor_name(expr.value)
+            return self._tensor_name(expr)
         return False
 
     def _tensor_call(self, call: cst.Call) -> bool:
@@ -307,19 +307,78 @@ class TensorValues:
         attribute = self._self_name(call.func)
         return attribute is not None and attribute in self._layers
 
-    def _tensor_name(self, name: str) -> bool:
-        if name in self._following:
-            return False
-        self._following.add(name)
-        try:
-            if name in self._annotated_tensors:
-                return True
-            return any(value is not None and self.is_tensor(value) for value in self._assigned(name))
-        finally:
-            self._following.discard(name)
+    def _tensor_name(self, name: cst.Name) -> bool:
+        """Is the value a name holds at this place a tensor: the last value assigned to it before
+        (in the order the function is written), or, with none, a ``Tensor`` annotation?"""
+        known = self._names_read.get(id(name))
+        if known is not None:
+            return known
+        self._names_read[id(name)] = False  # against cycles; earlier places only, but cheap to be sure
+        place = self._places.get(id(name), len(self._places))
+        earlier = [value for at, value in self._assignments.get(name.value, []) if at < place]
+        if earlier:
+            found = earlier[-1] is not None and self.is_tensor(earlier[-1])
+        else:
+            found = name.value in self._annotated_tensors
+        self._names_read[id(name)] = found
+        return found
 
     def _assigned(self, name: str) -> list[cst.BaseExpression | None]:
-        return self.ctx.bindings.scope(self.function).assigned.get(name, [])
+        return [value for _, value in self._assignments.get(name, [])]
+
+    @cached_property
+    def _places(self) -> dict[int, int]:
+        """Each node of the function, numbered in the order the code is written."""
+        return {id(node): at for at, node in enumerate(self._nodes)}
+
+    @cached_property
+    def _assignments(self) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
+        """Per plain name, where the function assigns it (after the assigned value: ``y = y + 1``
+        reads the earlier ``y``) and what (None: a value that cannot be read, such as an unpacked
+        tuple or a loop target). ``y += 1`` keeps what ``y`` holds."""
+        found: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
+
+        def bind(target: cst.BaseExpression, value: cst.BaseExpression | None, at: int) -> None:
+            if isinstance(target, cst.Name):
+                found.setdefault(target.value, []).append((at, value))
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for element in target.elements:
+                    bind(element.value, None, at)
+
+        for node in self._nodes:
+            at = self._ends[id(node)]
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    bind(target.target, node.value, at)
+            elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)):
+                bind(node.target, node.value, at)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                bind(node.target, None, self._places[id(node)])
+        return found
+
+    @cached_property
+    def _walked(self) -> tuple[list[cst.CSTNode], dict[int, int]]:
+        """The function's nodes in the order the code is written, and where each one's subtree ends."""
+        nodes: list[cst.CSTNode] = []
+        ends: dict[int, int] = {}
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            nodes.append(node)
+            return not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+        def on_leave(node: cst.CSTNode) -> None:
+            ends[id(node)] = len(nodes)
+
+        walk(self.function.body, on_visit, on_leave)
+        return nodes, ends
+
+    @property
+    def _nodes(self) -> list[cst.CSTNode]:
+        return self._walked[0]
+
+    @property
+    def _ends(self) -> dict[int, int]:
+        return self._walked[1]
 
     @staticmethod
     def _self_name(expr: cst.BaseExpression) -> str | None:

@@ -10,8 +10,8 @@ with `model.compile()`, and what they call in the same file (the file's own func
   `str(t)`, and `torch.equal`/`torch.allclose`, which return a Python bool;
 - control flow on tensor values: `if x.sum() > 0:`, `while mask.any():`, `a if t.max() > 0 else b`;
 - operations whose output shape depends on the values: `.nonzero()`, `torch.unique`,
-  `torch.masked_select`, one-argument `torch.where(cond)`, indexing with a boolean mask
-  (`x[x > 0]`);
+  `torch.masked_select`, one-argument `torch.where(cond)`, reading through a boolean mask
+  (`x[x > 0]`; writing through one, `x[x > 0] = 0`, stays in the graph);
 - calls Dynamo does not trace: `print`, logging and `warnings.warn`, Python's `random` (all but
   `randint`, `randrange` and `uniform`), PIL, the clock (`time.time()`), `loss.backward()`;
 - on older torch: `torch.cuda.synchronize()` (before 2.12) and NumPy calls and `.numpy()` (before
@@ -63,9 +63,13 @@ branch, the work moved out of the compiled code, `@torch.compiler.disable` on a 
 at its call instead of one per statement), and Dynamo's settings that capture some of these
 (`capture_scalar_outputs`, `capture_dynamic_output_shape_ops`, `reorderable_logging_functions`).
 
-Only one file is read: a model class imported from another file is not followed into, and a
-parameter without a `Tensor` annotation is not taken for a tensor, so a branch on it is not
-reported (the tests state how many of `explain`'s breaks the rule misses on its programs).
+Only one file is read: a model class imported from another file is not followed into. A value
+counts as a tensor when the rule can tell: what torch's functions and data-dependent tensor
+methods return, a layer's output, a parameter or buffer, a parameter annotated `Tensor`, and a
+name whose last assignment before the place holds one of these. A parameter without annotation is
+not taken for a tensor, so a branch on it is not reported (the tests state how many of
+`explain`'s breaks the rule misses on its programs). Test files are left out: tests compile code
+with breaks on purpose.
 
 ## References
 
