@@ -52,6 +52,11 @@ No automatic fix: which dimension changes, and whether `dynamic=True` or a marke
 the program, is a choice. For a length passed as a Python number, `mark_dynamic` does not apply:
 compile with `dynamic=True`.
 
+Off by default: with Dynamo's default settings the cost is one extra compile (then the dimension
+is symbolic), and the real code read for precision (bench/results/catalog-2026-compile.md) gave
+it no finding, so its precision could not be shown. Enable it (`--extend-select TLC004`) for
+generation loops and other code whose lengths change between calls.
+
 ## References
 
 - https://pytorch.org/docs/stable/torch.compiler_dynamic_shapes.html
@@ -75,6 +80,7 @@ class CompileDynamicShapes(Rule):
     code = "TLC004"
     name = "compile-dynamic-shapes"
     kind = "performance"
+    default_enabled = False
     summary = "compiled code slices by a length that changes from call to call, and no shape is marked dynamic"
     triggers = ("compile", "optimize")
 

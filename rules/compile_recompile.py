@@ -42,6 +42,12 @@ when the compiled function of the file never reads the parameter, and when it us
 length (a slice bound or a size): TLC004 compile-dynamic-shapes covers lengths, for which a 0-d
 tensor is no answer.
 
+Off by default: with Dynamo's default settings the cost is one extra compile (then the number is
+symbolic), and on the real code read for precision (bench/results/catalog-2026-compile.md) the
+rule's three findings were wrong before it was tightened and it found nothing after, so its
+precision could not be shown. Enable it (`--extend-select TLC003`) where a program compiles with
+`dynamic=False` or watches its recompiles.
+
 ## References
 
 - https://pytorch.org/docs/stable/torch.compiler_dynamic_shapes.html
@@ -66,6 +72,7 @@ class CompileRecompile(Rule):
     code = "TLC003"
     name = "compile-recompile"
     kind = "performance"
+    default_enabled = False
     summary = "a compiled function called with a Python number that changes every step (pass a 0-d tensor)"
     triggers = ("compile", "optimize")
 
