@@ -19,7 +19,7 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.syntax import dotted_name, function_parameters, string_value, target_names
+from torchlint.analysis.syntax import dotted_name, string_value, target_names
 from torchlint.analysis.walk import walk
 
 COUNTING_ITERABLES = frozenset({"range", "trange", "itertools.count", "tqdm.trange", "tqdm.auto.trange"})
@@ -260,10 +260,6 @@ def bound_parameter(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg, ski
     return positional[index] if index < len(positional) else None
 
 
-def has_parameter(function: cst.FunctionDef, name: str) -> bool:
-    return name in function_parameters(function)
-
-
 def _is_learning_rate(expr: cst.BaseExpression) -> bool:
     """``optimizer.param_groups[0]["lr"]``, ``group["lr"]``, ``scheduler.get_last_lr()[0]``."""
     if not isinstance(expr, cst.Subscript):
@@ -271,4 +267,5 @@ def _is_learning_rate(expr: cst.BaseExpression) -> bool:
     if any(isinstance(e.slice, cst.Index) and string_value(e.slice.value) == "lr" for e in expr.slice):
         return True
     value = expr.value
-    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "get_last_lr"
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value == "get_last_lr"

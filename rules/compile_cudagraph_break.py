@@ -73,7 +73,7 @@ class CompileCudagraphBreak(Rule):
     code = "TLC005"
     name = "compile-cudagraph-break"
     kind = "performance"
-    summary = "`torch.compile(mode=\"reduce-overhead\")` on code that breaks its graph (each break splits the CUDA graph)"
+    summary = "`mode=\"reduce-overhead\"` (CUDA graphs) on compiled code that breaks its graph"
     triggers = CUDA_GRAPH_MODES
 
     @classmethod

@@ -117,7 +117,8 @@ class Callees:
 
     def bases(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """The classes of the file ``cls`` derives from directly."""
-        return [parent for base in cls.bases for parent in self.definitions.classes.get(dotted_name(base.value) or "", [])]
+        return [parent for base in cls.bases
+                for parent in self.definitions.classes.get(dotted_name(base.value) or "", [])]
 
     def instance_classes(self, expr: cst.BaseExpression, scopes: list[cst.CSTNode],
                          followed: frozenset[str] = frozenset()) -> list[cst.ClassDef]:

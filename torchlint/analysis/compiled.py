@@ -37,9 +37,10 @@ from torchlint.analysis.walk import walk
 COMPILE_FUNCTIONS = frozenset({"torch.compile", "torch._dynamo.optimize"})
 DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo",
                                 "torch._dynamo.eval_frame.disable"})
+# Dynamo's options that decide how shapes and numbers specialize, as a file sets them.
+DYNAMIC_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default")
 # Tests that hold while Dynamo traces (`torch.compiler.is_compiling()`, transformers'
 # `is_torchdynamo_compiling()`), matched by the last part of the name.
-DYNAMIC_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default")
 COMPILING_TESTS = frozenset({"is_compiling", "is_dynamo_compiling", "is_torchdynamo_compiling"})
 
 
@@ -106,9 +107,7 @@ def untraced_branch(parent: cst.CSTNode, child: cst.CSTNode, bindings: Bindings)
     is_compiling():`` (or of an ``and`` holding that test), the ``else`` of ``if is_compiling():``?"""
     if not isinstance(parent, (cst.If, cst.IfExp)) or child is parent.test:
         return False
-    tests = [parent.test]
-    if isinstance(parent.test, cst.BooleanOperation) and isinstance(parent.test.operator, cst.And):
-        tests = _conjuncts(parent.test)
+    tests = _conjuncts(parent.test)
     in_body = child is parent.body
     for test in tests:
         holds_when_compiling = is_compiling_test(test, bindings)
@@ -142,19 +141,16 @@ class CompiledCode:
                 self._reach(site, entry)
 
     # --- the answers ----------------------------------------------------------------------------------
-    def region(self, function: cst.FunctionDef) -> Region | None:
-        """The first region (in the order of the compile sites) that runs ``function`` compiled."""
-        found = self._regions.get(id(function))
-        return found[0] if found else None
-
     def regions(self) -> list[Region]:
-        """Every function that runs compiled, once, in file order."""
-        firsts = [regions[0] for regions in self._regions.values()]
-        return sorted(firsts, key=lambda region: self.callees.definitions.order[id(region.function)])
+        """Every function that runs compiled, once (as the first site reaches it), in file order."""
+        return self._in_file_order(regions[0] for regions in self._regions.values())
 
     def regions_of(self, site: CompileSite) -> list[Region]:
         """The functions a site runs compiled, in file order."""
-        return sorted(self._by_site.get(id(site), []), key=lambda region: self.callees.definitions.order[id(region.function)])
+        return self._in_file_order(self._by_site.get(id(site), []))
+
+    def _in_file_order(self, regions) -> list[Region]:
+        return sorted(regions, key=lambda region: self.callees.definitions.order[id(region.function)])
 
     def compiled_callable(self, func: cst.BaseExpression) -> CompileSite | None:
         """The site that compiled what a call calls: a name bound to ``torch.compile(...)``, a function
