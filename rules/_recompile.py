@@ -19,7 +19,7 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.syntax import dotted_name, string_value, target_names
+from torchlint.analysis.syntax import dotted_name, string_value
 from torchlint.analysis.walk import walk
 
 COUNTING_ITERABLES = frozenset({"range", "trange", "itertools.count", "tqdm.trange", "tqdm.auto.trange"})
@@ -35,17 +35,22 @@ SCHEDULER = re.compile(r"sched", re.IGNORECASE)
 def bound_in(node: cst.CSTNode) -> set[str]:
     """The names (plain and dotted: ``self.model``) a statement or loop binds anywhere inside it:
     assignment targets, ``for`` and ``with`` targets, ``:=``, definitions, imports."""
-    found: set[str] = set()
+    return set(bindings_in(node))
+
+
+def bindings_in(node: cst.CSTNode) -> list[str]:
+    """The names bound inside a statement or loop, once for each binding (see ``bound_in``)."""
+    found: list[str] = []
 
     def bind(target: cst.BaseExpression) -> None:
         name = dotted_name(target)
         if name is not None:
-            found.add(name)
-        else:
-            found.update(target_names(target))
-            if isinstance(target, (cst.Tuple, cst.List)):
-                for element in target.elements:
-                    bind(element.value)
+            found.append(name)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                bind(element.value)
+        elif isinstance(target, cst.StarredElement):
+            bind(target.value)
 
     def on_visit(item: cst.CSTNode) -> bool:
         if isinstance(item, cst.Assign):
@@ -60,14 +65,13 @@ def bound_in(node: cst.CSTNode) -> set[str]:
         elif isinstance(item, cst.NamedExpr):
             bind(item.target)
         elif isinstance(item, (cst.FunctionDef, cst.ClassDef)):
-            found.add(item.name.value)
+            found.append(item.name.value)
             return False
         elif isinstance(item, (cst.Import, cst.ImportFrom)) and not isinstance(item.names, cst.ImportStar):
             for alias in item.names:
-                bound = alias.asname.name if alias.asname is not None else alias.name
-                name = dotted_name(bound)
+                name = dotted_name(alias.asname.name if alias.asname is not None else alias.name)
                 if name is not None:
-                    found.add(name.split(".")[0] if alias.asname is None else name)
+                    found.append(name if alias.asname is not None else name.split(".")[0])
         return True
 
     walk(node, on_visit)

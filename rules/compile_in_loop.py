@@ -72,7 +72,7 @@ from torchlint.analysis.walk import walk
 from torchlint.fixes import statement_edit
 from torchlint.rule import Rule, SyntaxIndex
 
-from torchlint.rules._recompile import bound_in, read_names
+from torchlint.rules._recompile import bindings_in, bound_in, read_names
 
 # Between the call and its loop: nodes under which the call does not run on every iteration.
 CONDITIONAL = (cst.If, cst.IfExp, cst.ExceptHandler, cst.ExceptStarHandler, cst.Lambda, cst.CompFor, cst.Match,
@@ -160,7 +160,7 @@ class CompileInLoop(Rule):
         name = assign.targets[0].target.value
         block = self.ctx.ancestors[-4]
         if not isinstance(block, cst.IndentedBlock) or contains(statement, last_simple_statement(loop)) \
-                or self._bound_elsewhere(loop, statement, name) or self._read_before(loop, statement, name):
+                or self._bound_elsewhere(loop, name) or self._read_before(loop, statement, name):
             return None
         rest = [s for s in block.body if s is not statement] or [cst.SimpleStatementLine([cst.Pass()])]
         moved = loop.deep_replace(block, block.with_changes(body=rest)).with_changes(leading_lines=[])
@@ -168,9 +168,10 @@ class CompileInLoop(Rule):
         return self.fix("Compile once, before the loop", edit, applicability="unsafe" if rewraps else None)
 
     @staticmethod
-    def _bound_elsewhere(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
-        others = [s for s in _statements_in(loop) if s is not statement]
-        return any(name in bound_in(s) for s in others) or isinstance(loop, cst.For) and name in bound_in(loop.target)
+    def _bound_elsewhere(loop: cst.CSTNode, name: str) -> bool:
+        """Does anything in the loop but the compile statement bind ``name`` (an assignment, a
+        ``for`` or ``with`` target, ``:=``)?"""
+        return bindings_in(loop).count(name) > 1
 
     @staticmethod
     def _read_before(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
@@ -178,23 +179,16 @@ class CompileInLoop(Rule):
         iteration's value, or an older one)?"""
         if name in read_names(loop.test if isinstance(loop, cst.While) else loop.iter):
             return True
-        for other in _statements_in(loop):
-            if other is statement:
+        state = {"reached": False, "read": False}
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if node is statement:
+                state["reached"] = True
+            if state["reached"]:
                 return False
-            if name in read_names(other):
-                return True
-        return False
+            if isinstance(node, cst.Name) and node.value == name:
+                state["read"] = True
+            return True
 
-
-def _statements_in(loop: cst.CSTNode) -> list[cst.CSTNode]:
-    """The simple statement lines of a loop's body, nested ones included, in source order."""
-    found: list[cst.CSTNode] = []
-
-    def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.SimpleStatementLine):
-            found.append(node)
-            return False
-        return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
-
-    walk(loop.body, on_visit)
-    return found
+        walk(loop.body, on_visit)
+        return state["read"]
