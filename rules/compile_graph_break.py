@@ -21,6 +21,10 @@ Code under `if not torch.compiler.is_compiling():` and functions marked
 `@torch.compiler.disable` are not compiled, and not reported. Each message names the break and
 what to write instead.
 
+TLC is a family of its own, torch.compile readiness (TLC001-TLC005): its rules are about the code
+`torch.compile` compiles, a question across the TL families (memory, devices, loops...), answered
+once by torchlint/analysis/compiled.py.
+
 ## Why is it slow
 
 At a graph break Dynamo ends the graph it has traced, runs the offending code in plain Python, and

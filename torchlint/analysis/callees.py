@@ -83,6 +83,7 @@ class Callees:
     """The file's definitions, and what a name or an attribute of ``self`` runs when called."""
 
     def __init__(self, module: cst.Module, bindings: Bindings):
+        self.module = module
         self.bindings = bindings
         self.definitions = definitions_of(module)
         self.module_classes = Modules(module, bindings).classes
@@ -146,10 +147,21 @@ class Callees:
         if name is None or name in followed:
             return []
         found: list[cst.ClassDef] = []
-        for value in self.bindings.values(name):
+        for value in self._values_seen_from(name, scopes):
             if value is not None:
                 found += [cls for cls in self.instance_classes(value, scopes, followed | {name}) if cls not in found]
         return found
+
+    def _values_seen_from(self, name: str, scopes: list[cst.CSTNode]) -> list[cst.BaseExpression | None]:
+        """The values a name may hold inside ``scopes``: those its innermost enclosing function (or
+        the module) assigns it, when one does; else every value the file assigns it (a dotted name,
+        a global set elsewhere)."""
+        if "." not in name:
+            for scope in [*reversed([s for s in scopes if isinstance(s, cst.FunctionDef)]), self.module]:
+                assigned = self.bindings.scope(scope).assigned.get(name)
+                if assigned:
+                    return assigned
+        return self.bindings.values(name)
 
     def submodules(self, cls: cst.ClassDef) -> dict[str, list[cst.ClassDef]]:
         """The attributes of a module class that hold modules of the file's classes, built in its
