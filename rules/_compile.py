@@ -105,6 +105,9 @@ NOT_A_COMPARISON = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 
 @dataclass(frozen=True)
 class GraphBreak:
+    """A place in compiled code where Dynamo ends its graph, what kind of break it is, and the
+    compiled function it is in."""
+
     node: cst.CSTNode
     shown: str  # the code, as a message quotes it
     kind: BreakKind
