@@ -46,7 +46,9 @@ in the one assignment the value came through. It is offered only when nothing el
 softmax's output (a name used once, in the loss). Dropping a log-softmax is safe: the loss and
 its gradients are the same values (up to rounding). Dropping a softmax is unsafe: it repairs the
 loss, so the values change by design (training converges differently, and a learning rate tuned
-for the broken loss may need tuning again). A softmax in the model itself (a last
+for the broken loss may need tuning again). So is dropping a log written on a softmax
+(`torch.log(F.softmax(z, 1))`): it underflows to `-inf` where a log-softmax stays finite, so the
+values can change. A softmax in the model itself (a last
 `nn.Softmax()` layer, a `forward` that returns one) is reported without a fix: the model's
 output is used elsewhere too (predictions, exported models), and removing the layer changes
 them all; return logits from `forward` and apply the softmax at inference.
