@@ -65,8 +65,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
-from torchlint.analysis.loops import ast_training_loop_lines
-from torchlint.analysis.steps import Accumulation, accumulation, ast_optimizer_steps
+from torchlint.analysis.steps import Accumulation, accumulation, ast_steps_in_training_loops
 from torchlint.analysis.syntax import dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -86,8 +85,7 @@ class AccumulationLossScale(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        training = ast_training_loop_lines(index)
-        return any(training[call.lineno] for call in ast_optimizer_steps(index))
+        return ast_steps_in_training_loops(index)
 
     def visit_For(self, node: cst.CSTNode) -> None:
         if self.ctx.loops.backpropagated_names(node) is None or SUMMED_ON_PURPOSE.search(self.ctx.source):

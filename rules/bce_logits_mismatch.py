@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import Losses, ast_mentions, first_input
+from torchlint.analysis.losses import Losses, ast_mentions
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 
@@ -84,15 +84,10 @@ class BceLogitsMismatch(Rule):
         self.losses = Losses(ctx.module, ctx.bindings)
 
     def visit_Call(self, node: cst.Call) -> None:
-        loss = self.losses.kind(node)
-        if loss not in ("bce_with_logits", "bce"):
+        given = self.losses.given(node, self.ctx.ancestors)
+        if given is None:
             return
-        predictions = first_input(node)
-        if predictions is None:
-            return
-        found = self.losses.activation(predictions, self.ctx.ancestors)
-        if found is None:
-            return
+        loss, predictions, found = given
         if loss == "bce_with_logits" and found.kind == "sigmoid":
             edit = drop_activation(self.ctx, found)
             fix = self.fix("Drop the sigmoid before the loss", edit) if edit is not None else None

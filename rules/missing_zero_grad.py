@@ -57,8 +57,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.loops import ast_training_loop_lines
-from torchlint.analysis.steps import ast_optimizer_steps, clears_gradients, stepped_optimizer
+from torchlint.analysis.steps import ast_steps_in_training_loops, clears_gradients, stepped_optimizer
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import assigned_in, innermost_training_loop
 
@@ -73,8 +72,7 @@ class MissingZeroGrad(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        training = ast_training_loop_lines(index)
-        return any(training[call.lineno] for call in ast_optimizer_steps(index))
+        return ast_steps_in_training_loops(index)
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = stepped_optimizer(node, self.ctx.bindings)

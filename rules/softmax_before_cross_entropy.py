@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import Activation, Losses, ast_mentions, first_input
+from torchlint.analysis.losses import Activation, Losses, ast_mentions
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 
@@ -92,13 +92,11 @@ class SoftmaxBeforeCrossEntropy(Rule):
         self.losses = Losses(ctx.module, ctx.bindings)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.losses.kind(node) != "cross_entropy":
+        given = self.losses.given(node, self.ctx.ancestors)
+        if given is None:
             return
-        predictions = first_input(node)
-        if predictions is None:
-            return
-        found = self.losses.activation(predictions, self.ctx.ancestors)
-        if found is None or found.kind not in ("softmax", "log_softmax"):
+        loss, predictions, found = given
+        if loss != "cross_entropy" or found.kind not in ("softmax", "log_softmax"):
             return
         self.report(predictions, self._message(found), self._fix(found),
                     severity=Severity.ERROR if found.kind == "softmax" else Severity.WARNING)

@@ -56,8 +56,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.loops import ast_training_loop_lines, is_backward_call
-from torchlint.analysis.steps import ast_optimizer_steps, stepped_optimizer
+from torchlint.analysis.loops import is_backward_call
+from torchlint.analysis.steps import ast_steps_in_training_loops, stepped_optimizer
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import innermost_training_loop
@@ -75,8 +75,7 @@ class StepBeforeBackward(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        training = ast_training_loop_lines(index)
-        return any(training[call.lineno] for call in ast_optimizer_steps(index))
+        return ast_steps_in_training_loops(index)
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = stepped_optimizer(node, self.ctx.bindings)

@@ -146,6 +146,14 @@ class Losses:
         return LOSS_FUNCTIONS.get(self.bindings.qualified_name(value))
 
     # what reaches it -------------------------------------------------------------------------------
+    def given(self, call: cst.Call, chain: list[cst.CSTNode]) -> tuple[str, cst.BaseExpression, Activation] | None:
+        """For a loss call at the end of ``chain``: which loss, its input, and what that input went
+        through last; None when the call is not a known loss or that is unknown."""
+        kind = self.kind(call)
+        predictions = first_input(call) if kind is not None else None
+        found = self.activation(predictions, chain) if predictions is not None else None
+        return (kind, predictions, found) if found is not None else None
+
     def activation(self, expr: cst.BaseExpression, chain: list[cst.CSTNode]) -> Activation | None:
         """What ``expr``, evaluated at the last node of ``chain`` (the nodes from the module down to
         the place), went through last; None when that is unknown or not one thing."""
@@ -175,26 +183,22 @@ class Losses:
     def _through_name(self, name: str, chain: list[cst.CSTNode], depth: int,
                       element: int | None) -> Activation | None:
         assignments = reaching_assignments(name, chain)
-        if not assignments:
+        if not assignments or element is not None and any(a.element is not None for a in assignments):
+            return None  # unknown, or an element of an element (not followed)
+        first = _one_kind([self._assigned_activation(assigned, chain, depth, element) for assigned in assignments])
+        if first is None:
             return None
-        found = []
-        for assigned in assignments:
-            if assigned.element is not None and element is not None:
-                return None  # an element of an element: not followed
-            where = self._chain_to(chain, assigned.value)
-            if where is None:
-                return None
-            activation = self._activation(assigned.value, where, depth + 1,
-                                          assigned.element if assigned.element is not None else element)
-            if activation is None:
-                return None
-            found.append(activation)
-        if len({a.kind for a in found}) != 1:
-            return None
-        first = found[0]
         # the fix can drop an activation applied in the one assignment the value came through
         assigned = assignments[0] if len(assignments) == 1 and first.through is None else None
         return Activation(first.kind, first.node, first.source, first.through or name, assigned, first.two_steps)
+
+    def _assigned_activation(self, assigned: Assigned, chain: list[cst.CSTNode], depth: int,
+                             element: int | None) -> Activation | None:
+        where = self._chain_to(chain, assigned.value)
+        if where is None:
+            return None
+        return self._activation(assigned.value, where, depth + 1,
+                                assigned.element if assigned.element is not None else element)
 
     def _of_call(self, call: cst.Call, chain: list[cst.CSTNode], depth: int,
                  element: int | None) -> Activation | None:
@@ -258,19 +262,10 @@ class Losses:
     def _model_output(self, name: str, call: cst.Call, depth: int, element: int | None) -> Activation | None:
         """What the module kept under ``name`` applies last, for every value the file gives it."""
         values = self.bindings.values(name)
-        if not values:
+        first = _one_kind([self._module_output(value, depth + 1, element) if value is not None else None
+                           for value in values])
+        if first is None:
             return None
-        found = []
-        for value in values:
-            if value is None:
-                return None
-            layer = self._module_output(value, depth + 1, element)
-            if layer is None:
-                return None
-            found.append(layer)
-        if len({a.kind for a in found}) != 1:
-            return None
-        first = found[0]
         if first.source is not None and first.kind != "logits":
             # an activation layer called on the value (`self.softmax(x)`): its input can take its place
             return Activation(first.kind, call, first_input(call))
@@ -320,18 +315,9 @@ class Losses:
         returns = returns_of(forward)
         if not returns or any(r.value is None for r in returns):
             return None
-        found = []
-        for ret in returns:
-            chain = path_to(self.module, ret)
-            if chain is None:
-                return None
-            activation = self._activation(ret.value, chain, depth, element)
-            if activation is None:
-                return None
-            found.append(activation)
-        if len({a.kind for a in found}) != 1:
-            return None
-        return Activation(found[0].kind, found[0].node, None)
+        first = _one_kind([self._activation(ret.value, chain, depth, element) if chain is not None else None
+                           for ret, chain in ((ret, path_to(self.module, ret)) for ret in returns)])
+        return Activation(first.kind, first.node, None) if first is not None else None
 
     def _chain_to(self, chain: list[cst.CSTNode], node: cst.CSTNode) -> list[cst.CSTNode] | None:
         """The nodes from the module down to ``node``, which lies in the innermost function of
@@ -341,6 +327,13 @@ class Losses:
                 path = path_to(chain[i], node)
                 return chain[:i] + path if path is not None else None
         return None
+
+
+def _one_kind(found: list[Activation | None]) -> Activation | None:
+    """The first answer, when there are answers, all known and all of one kind."""
+    if not found or any(a is None for a in found) or len({a.kind for a in found}) != 1:
+        return None
+    return found[0]
 
 
 # --- the precheck's questions ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.loops import LOOPS, is_backward_call, is_periodic_test
+from torchlint.analysis.loops import LOOPS, ast_training_loop_lines, is_backward_call, is_periodic_test
 from torchlint.analysis.syntax import contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 
@@ -40,8 +40,11 @@ def _last_part(name: str) -> str:
 
 
 def optimizer_like(expr: cst.BaseExpression, bindings: Bindings) -> str | None:
-    """The dotted name of ``expr`` when it holds an optimizer: built by ``torch.optim...`` in the
-    file, or named like one; never a scheduler."""
+    """The dotted name of ``expr`` when it holds an optimizer (or a list of them, for
+    ``optimizers[i]``): built by ``torch.optim...`` in the file, or named like one; never a
+    scheduler."""
+    while isinstance(expr, cst.Subscript):  # one of a list of optimizers: `optimizers[i]`
+        expr = expr.value
     name = dotted_name(expr)
     if name is None or NOT_OPTIMIZER.search(_last_part(name)):
         return None
@@ -312,4 +315,10 @@ def ast_optimizer_steps(index: SyntaxIndex) -> list[ast.Call]:
     """Calls that may step an optimizer: ``.step(...)`` and ``.optimizer_step(...)`` (see
     ``stepped_optimizer``)."""
     return [call for call in index.calls("step", *STEP_FUNCTIONS) if isinstance(call.func, ast.Attribute)]
+
+
+def ast_steps_in_training_loops(index: SyntaxIndex) -> bool:
+    """May an optimizer step inside a loop that calls backward?"""
+    training = ast_training_loop_lines(index)
+    return any(training[call.lineno] for call in ast_optimizer_steps(index))
 
