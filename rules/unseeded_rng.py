@@ -49,8 +49,10 @@ or draw from a generator made from the seed (`np.random.default_rng(seed)`,
 The fix seeds the generator with the same value right after the `torch.manual_seed(...)` call.
 It is unsafe: the draws change (they become the same on every run), so the results do too. It is
 offered when the torch seed is a statement of its own and its value a name or a constant. Draws
-made inside a `Dataset`'s `__getitem__` or `__iter__` are not reported: with worker processes,
-PyTorch (1.9 and newer) seeds NumPy and `random` in each worker from torch's seed. Draws from a
+made inside a `Dataset`'s `__getitem__` or `__iter__` run in the DataLoader's worker processes,
+which seed `random` from torch's seed, and NumPy too since torch 1.9 (pytorch#56488): they are
+not reported, except NumPy's when the target torch is older than 1.9. (With `num_workers=0` they
+run in the main process, unseeded; the rule cannot tell.) Draws from a
 generator object (`rng.random()`, `np.random.default_rng(0)`) are seeded by their construction;
 files that call a seeding helper of another module (`set_seed`, `seed_everything`,
 `init_seeds`...) are taken as seeded; test code is left out.
@@ -61,6 +63,7 @@ files that call a seeding helper of another module (`set_seed`, `seed_everything
 - https://numpy.org/doc/stable/reference/random/generated/numpy.random.seed.html
 - https://docs.python.org/3/library/random.html#random.seed
 - https://pytorch.org/docs/stable/data.html#randomness-in-multi-process-data-loading
+- https://github.com/pytorch/pytorch/pull/56488
 """
 
 from __future__ import annotations
@@ -156,9 +159,18 @@ class _Calls:
     def collect(self, tree: cst.CSTNode) -> None:
         seeds = {seed for _, seed, _ in GENERATORS.values()}
 
+        # NumPy is seeded in the DataLoader's workers since torch 1.9, `random` on every version
+        workers_seed = {generator for generator, (module, _, _) in GENERATORS.items()
+                        if module != "numpy.random" or self.ctx.torch_at_least("1.9")}
+        in_worker = []  # the worker methods the walk is in
+
+        def on_leave(node: cst.CSTNode) -> None:
+            if in_worker and in_worker[-1] is node:
+                in_worker.pop()
+
         def on_visit(node: cst.CSTNode) -> bool:
             if isinstance(node, cst.FunctionDef) and node.name.value in WORKER_METHODS:
-                return False
+                in_worker.append(node)
             if not isinstance(node, cst.Call):
                 return True
             qualified = self.ctx.bindings.qualified_name(node.func)
@@ -167,17 +179,19 @@ class _Calls:
             elif qualified in seeds:
                 self.seeded.add(qualified)
             elif qualified is not None:
-                self._draw(node, qualified)
+                self._draw(node, qualified, workers_seed if in_worker else set())
             name = qualified or dotted_name(node.func) or ""
             # a seeding helper of another module (one of the file's own is read like the rest)
             if SEED_HELPER.search(name.rsplit(".", 1)[-1]) and function_of_call(node, self.ctx.bindings) is None:
                 self.seeds_everything = True
             return True
 
-        walk(tree, on_visit)
+        walk(tree, on_visit, on_leave)
 
-    def _draw(self, call: cst.Call, qualified: str) -> None:
+    def _draw(self, call: cst.Call, qualified: str, seeded_here: set[str]) -> None:
+        """Count a draw from a global generator, unless a DataLoader worker seeds it there."""
         module, _, function = qualified.rpartition(".")
         for generator, (drawing, _, not_draws) in GENERATORS.items():
-            if module == drawing and function not in not_draws and not function.startswith("_"):
+            if module == drawing and function not in not_draws and not function.startswith("_") \
+                    and generator not in seeded_here:
                 self.draws.setdefault(generator, []).append(call)
