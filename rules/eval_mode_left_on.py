@@ -56,8 +56,12 @@ reported at the call of the helper, and the fix is offered when the model's name
 at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
 `eval()` comes before the iteration's training (a submodule frozen on purpose, such as
 `model.backbone.eval()` after `model.train()`), when any `train()` that may restore the model runs
-in between (on the model, on a module that contains it, or on a name the rule cannot relate to
-it), and for an `eval()` on something the file never calls as a model.
+in between (on the model, on a module that contains it, on a name the rule cannot relate to it,
+or in a helper of another module named like training, `train_one_epoch(model)`), for a model
+kept out of training on purpose (named like an EMA copy, a teacher or a target network, or only
+called under `no_grad` in the loop), for a model built in the file from layers that behave the
+same in both modes (no dropout, no normalization), and for an `eval()` on something the file
+never calls as a model.
 
 ## References
 
@@ -84,6 +88,9 @@ MAX_DEPTH = 3
 # Models kept out of training on purpose, whose eval mode is meant to stay: an exponential moving
 # average, a distillation teacher, an RL target network, a momentum encoder.
 FROZEN_NAME = re.compile(r"ema|teacher|target|averag|swa|shadow|momentum|frozen", re.IGNORECASE)
+# A helper of another module that may switch a model to training mode: `train_one_epoch(model, ...)`,
+# `set_train_mode(model)`.
+TRAINING_HELPER = re.compile(r"(^|[._])(train|training)(_|$)|train_mode", re.IGNORECASE)
 # Layers and code whose behaviour depends on the training mode.
 MODE_DEPENDENT = re.compile(r"dropout|norm|training|rrelu|\.train\(|\.eval\(", re.IGNORECASE)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -164,9 +171,11 @@ class EvalModeLeftOn(Rule):
                 found.append(_Event(mode, self._receiver(node.func.value, depth, names), here, helper))
             elif is_backward_call(node, self.ctx.bindings):
                 found.append(_Event("backward", None, here, helper))
-            elif depth < MAX_DEPTH:
+            else:
                 function = function_of_call(node, self.ctx.bindings)
-                if function is not None and id(function) not in seen:
+                if function is None and TRAINING_HELPER.search(dotted_name(node.func) or ""):
+                    found.append(_Event("train", None, here, helper))  # another module's helper may call train()
+                elif function is not None and depth < MAX_DEPTH and id(function) not in seen:
                     found.extend(self._events(function.body, depth + 1, here, self._names(node, function, depth, names),
                                               seen | {id(function)}, helper or function.name.value))
             return True
@@ -201,8 +210,9 @@ class EvalModeLeftOn(Rule):
     # the verdict -----------------------------------------------------------------------------------
     def _left_on(self, events: list[_Event], index: int) -> bool:
         """After the eval at ``index``, does the next iteration reach a backward with no train()
-        that may restore that model? (A backward later in the same iteration means the eval is
-        part of the training: a frozen submodule, not a validation.)"""
+        that may restore that model? (A backward later in the same iteration, or an eval() of the
+        same model before the next backward, means the training wants it in eval mode: a frozen
+        encoder or submodule, not a validation that forgot to switch back.)"""
         receiver = events[index].receiver
         for event in events[index + 1:]:
             if event.kind == "backward":
@@ -212,8 +222,9 @@ class EvalModeLeftOn(Rule):
         for event in events[:index]:
             if event.kind == "backward":
                 return True
-            if event.kind == "train" and _restores(event.receiver, receiver):
-                return False
+            if event.kind == "train" and _restores(event.receiver, receiver) \
+                    or event.kind == "eval" and event.receiver == receiver:
+                return False  # restored, or put in eval mode again for the training on purpose
         return False
 
     def _is_model(self, receiver: str) -> bool:
