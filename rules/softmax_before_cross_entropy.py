@@ -1,12 +1,12 @@
 """
 ## What it does
 
-Finds a softmax or a log-softmax applied to the predictions that reach a cross-entropy loss
-(`F.cross_entropy`, `nn.CrossEntropyLoss`): written in the loss's arguments
-(`F.cross_entropy(F.softmax(z, 1), y)`), kept under a name on the way (`probs = z.softmax(-1)`
-... `criterion(probs, y)`), or applied by the model itself (a `nn.Sequential` whose last layer is
-`nn.Softmax()`, a `forward` that returns `F.softmax(...)`, a head of a tuple the caller
-unpacks).
+Finds a softmax or a log-softmax (or a sigmoid, which does the same harm) applied to the
+predictions that reach a cross-entropy loss (`F.cross_entropy`, `nn.CrossEntropyLoss`): written
+in the loss's arguments (`F.cross_entropy(F.softmax(z, 1), y)`), kept under a name on the way
+(`probs = z.softmax(-1)` ... `criterion(probs, y)`), or applied by the model itself (a
+`nn.Sequential` whose last layer is `nn.Softmax()`, a `forward` that returns `F.softmax(...)`, a
+head of a tuple the caller unpacks).
 
 ## Why is it wrong
 
@@ -16,7 +16,8 @@ then never approach zero (for 10 classes it stays above about 1.46 even for a pe
 prediction), and its gradient with respect to the logits is multiplied by the softmax's
 Jacobian, whose entries are at most 0.25 and vanish as predictions grow confident: training
 slows down and stalls, without an error (the PyTorch docs: "The input is expected to contain the
-unnormalized logits for each class"). A log-softmax before the loss is not wrong, only wasted:
+unnormalized logits for each class"). A sigmoid before the loss squeezes the logits into (0, 1)
+in the same way: the loss's own softmax then sees nearly equal scores. A log-softmax before the loss is not wrong, only wasted:
 `log_softmax` of a log-softmax gives the same values, so the loss and its gradients are
 unchanged while the normalization runs twice.
 
@@ -46,7 +47,7 @@ in the one assignment the value came through. It is offered only when nothing el
 softmax's output (a name used once, in the loss). Dropping a log-softmax is safe: the loss and
 its gradients are the same values (up to rounding). Dropping a softmax is unsafe: it repairs the
 loss, so the values change by design (training converges differently, and a learning rate tuned
-for the broken loss may need tuning again). So is dropping a log written on a softmax
+for the broken loss may need tuning again); so is dropping a sigmoid. So is dropping a log written on a softmax
 (`torch.log(F.softmax(z, 1))`): it underflows to `-inf` where a log-softmax stays finite, so the
 values can change. A softmax in the model itself (a last
 `nn.Softmax()` layer, a `forward` that returns one) is reported without a fix: the model's
@@ -68,7 +69,7 @@ from torchlint.analysis.losses import Activation, Losses, ast_mentions
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 
-SOFTMAX_NAMES = ("softmax", "log_softmax", "Softmax", "LogSoftmax")
+ACTIVATION_NAMES = ("softmax", "log_softmax", "Softmax", "LogSoftmax", "sigmoid", "Sigmoid", "expit")
 
 
 class SoftmaxBeforeCrossEntropy(Rule):
@@ -81,11 +82,12 @@ class SoftmaxBeforeCrossEntropy(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return ("cross_entropy" in text or "CrossEntropyLoss" in text) and "oftmax" in text
+        return ("cross_entropy" in text or "CrossEntropyLoss" in text) and ("oftmax" in text or "igmoid" in text
+                                                                            or "expit" in text)
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_mentions(index, "cross_entropy", "CrossEntropyLoss") and ast_mentions(index, *SOFTMAX_NAMES)
+        return ast_mentions(index, "cross_entropy", "CrossEntropyLoss") and ast_mentions(index, *ACTIVATION_NAMES)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -96,7 +98,7 @@ class SoftmaxBeforeCrossEntropy(Rule):
         if given is None:
             return
         loss, predictions, found = given
-        if loss != "cross_entropy" or found.kind not in ("softmax", "log_softmax"):
+        if loss != "cross_entropy" or found.kind not in ("softmax", "log_softmax", "sigmoid"):
             return
         self.report(predictions, self._message(found), self._fix(found),
                     severity=Severity.ERROR if found.kind == "softmax" else Severity.WARNING)
@@ -105,6 +107,9 @@ class SoftmaxBeforeCrossEntropy(Rule):
         given = f"{given_value(self.ctx, found)} is given to the cross-entropy, which applies log-softmax itself"
         if found.kind == "log_softmax":
             return f"{given}: the values are the same, computed twice; pass the logits"
+        if found.kind == "sigmoid":
+            return (f"{given} and expects logits: the sigmoid squeezes them into (0, 1), so the loss's softmax sees "
+                    "nearly equal scores, cannot approach zero and shrinks the gradients; pass the logits")
         return (f"{given} and takes the probabilities for logits: a double softmax that shrinks the gradients and "
                 "stalls training; pass the logits")
 
@@ -113,4 +118,5 @@ class SoftmaxBeforeCrossEntropy(Rule):
         edit = drop_activation(self.ctx, found)
         if edit is None:
             return None
-        return self.fix("Drop the softmax before the loss", edit, applicability=applicability)
+        activation = "sigmoid" if found.kind == "sigmoid" else "softmax"
+        return self.fix(f"Drop the {activation} before the loss", edit, applicability=applicability)
