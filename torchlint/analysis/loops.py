@@ -530,3 +530,11 @@ class Loops:
 
     def _enclosing_function(self) -> cst.FunctionDef | None:
         return next((n for n in reversed(self.ancestors[:-1]) if isinstance(n, cst.FunctionDef)), None)
+
+
+def is_backward_call(call: cst.Call, bindings: Bindings) -> bool:
+    """Is this one call a backward (``loss.backward()``, ``accelerator.backward(loss)``,
+    ``self.manual_backward(loss)``, ``torch.autograd.backward(loss)``)?"""
+    finder = _BackwardFinder(bindings)
+    finder.visit_Call(call)
+    return finder.found

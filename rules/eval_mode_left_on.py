@@ -1,0 +1,371 @@
+"""
+## What it does
+
+Finds a loop that trains (calls `backward()`) and also evaluates (`model.eval()`, directly or in
+a validation function of the file it calls), where nothing calls `model.train()` between the
+evaluation and the training of the next iteration: the model goes into the second epoch in eval
+mode. The file's own functions are followed, so a `model.train()` at the top of a `train_epoch()`
+helper counts, and so does a `model.eval()` inside a `validate()` helper.
+
+## Why is it wrong
+
+`model.eval()` is a switch, not a scope: dropout stays off and batch normalization keeps using
+(and stops updating) its running statistics until `model.train()` turns training mode back on.
+When validation runs after the first epoch and nothing switches back, every later epoch trains
+without dropout and with frozen batch-norm statistics: the model overfits or converges to
+something else than the first epoch promised, and nothing fails (the `nn.Module.train` and
+`nn.Module.eval` docs; the PyTorch tutorials call `model.train()` at the top of every training
+epoch for this reason).
+
+## Example
+
+```python
+model.train()
+for epoch in range(epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        for x, y in val_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+```
+
+## Use instead
+
+```python
+for epoch in range(epochs):
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        for x, y in val_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+```
+
+## Fix safety
+
+The fix adds `model.train()` as the first statement of the loop. It is unsafe: it repairs the
+bug, so from the second epoch on dropout and batch norm behave differently and the values
+change by design (the first epoch is unchanged). A `model.eval()` put in a validation helper is
+reported at the call of the helper, and the fix is offered when the model's name there is known
+at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
+`eval()` comes before the iteration's training (a submodule frozen on purpose, such as
+`model.backbone.eval()` after `model.train()`), when any `train()` that may restore the model runs
+in between (on the model, on a module that contains it, on a name the rule cannot relate to it,
+or in a helper of another module named like training, `train_one_epoch(model)`), for a model
+kept out of training on purpose (named like an EMA copy, a teacher or a target network, or only
+called under `no_grad` in the loop), for a model built in the file from layers that behave the
+same in both modes (no dropout, no normalization), and for an `eval()` on something the file
+never calls as a model.
+
+## References
+
+- https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.train
+- https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval
+- https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html#full-implementation
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from torchlint.analysis.flow import argument_for, function_of_call
+from torchlint.analysis.loops import MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, with_item_disables_grad
+from torchlint.analysis.syntax import dotted_name, function_parameters, is_literal, method_call
+from torchlint.analysis.walk import walk
+from torchlint.rule import Rule, SyntaxIndex
+
+MAX_DEPTH = 3
+# Models kept out of training on purpose, whose eval mode is meant to stay: an exponential moving
+# average, a distillation teacher, an RL target network, a momentum encoder.
+FROZEN_NAME = re.compile(r"ema|teacher|target|averag|swa|shadow|momentum|frozen", re.IGNORECASE)
+# A helper of another module that may switch a model to training mode: `train_one_epoch(model, ...)`,
+# `set_train_mode(model)`.
+TRAINING_HELPER = re.compile(r"(^|[._])(train|training)(_|$)|train_mode", re.IGNORECASE)
+# Layers and code whose behaviour depends on the training mode.
+MODE_DEPENDENT = re.compile(r"dropout|norm|training|rrelu|\.train\(|\.eval\(", re.IGNORECASE)
+SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+@dataclass(frozen=True)
+class _Event:
+    """What one step of an iteration does: "train", "eval" (of ``receiver``, as the loop's
+    function names it; None when that name cannot be known there) or "backward"; ``site`` is the
+    call in the loop body it happens in (the helper's call when it happens inside a helper)."""
+
+    kind: str
+    receiver: str | None
+    site: cst.Call
+    helper: str | None = None
+
+
+def _mode(call: cst.Call) -> str | None:
+    """"eval" for ``m.eval()`` and ``m.train(False)``, "train" for ``m.train()``, ``m.train(True)``
+    and ``m.train(flag)`` (a mode that may be training)."""
+    if is_eval_call(call):
+        return "eval"
+    if method_call(call, "train") and not any(a.keyword and a.keyword.value != "mode" for a in call.args):
+        return "eval" if call.args and is_literal(call.args[0].value, False) else "train"
+    return None
+
+
+class EvalModeLeftOn(Rule):
+    code = "TL806"
+    name = "eval-mode-left-on"
+    kind = "correctness"
+    summary = "`model.eval()` in a training loop with no `model.train()` before the next training steps"
+    fix_applicability = "unsafe"
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return ".eval()" in text or ".train(False)" in text or ".train(mode=False)" in text
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a loop, and an eval() somewhere (a helper's counts)
+        return any(ast_loop_lines(index)) and bool(index.calls("eval", "train"))
+
+    def visit_For(self, node: cst.CSTNode) -> None:
+        if isinstance(node.body, cst.SimpleStatementSuite) or self.ctx.programs.in_test_code():
+            return
+        events = self._events(node.body, 0, None, {}, frozenset())
+        if not any(e.kind == "backward" for e in events):
+            return
+        left: dict[int, list[_Event]] = {}  # per call site in the loop body, the models it leaves in eval mode
+        for index, event in enumerate(events):
+            if event.kind == "eval" and event.receiver is not None and self._is_model(event.receiver) \
+                    and self._left_on(events, index) and self._trained(node, event.receiver) \
+                    and not self._mode_free(event.receiver):
+                same = left.setdefault(id(event.site), [])
+                if all(other.receiver != event.receiver for other in same):
+                    same.append(event)
+        for found in left.values():
+            self._report(node, found)
+
+    visit_While = visit_For
+
+    # the iteration's events ------------------------------------------------------------------------
+    def _events(self, tree: cst.CSTNode, depth: int, site: cst.Call | None, names: dict[str, str | None],
+                seen: frozenset[int], helper: str | None = None) -> list[_Event]:
+        """The train/eval/backward events of a subtree in source order, following calls into the
+        file's own functions; ``names`` maps a helper's parameters to what the loop passes."""
+        found: list[_Event] = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if isinstance(node, SCOPES) and node is not tree:
+                return False
+            if not isinstance(node, cst.Call):
+                return True
+            here = site or node
+            mode = _mode(node)
+            if mode is not None:
+                found.append(_Event(mode, self._receiver(node.func.value, depth, names), here, helper))
+            elif is_backward_call(node, self.ctx.bindings):
+                found.append(_Event("backward", None, here, helper))
+            else:
+                function = function_of_call(node, self.ctx.bindings)
+                if function is None and TRAINING_HELPER.search(dotted_name(node.func) or ""):
+                    found.append(_Event("train", None, here, helper))  # another module's helper may call train()
+                elif function is not None and depth < MAX_DEPTH and id(function) not in seen:
+                    found.extend(self._events(function.body, depth + 1, here, self._names(node, function, depth, names),
+                                              seen | {id(function)}, helper or function.name.value))
+            return True
+
+        walk(tree, on_visit)
+        return found
+
+    def _names(self, call: cst.Call, function: cst.FunctionDef, depth: int,
+               names: dict[str, str | None]) -> dict[str, str | None]:
+        """What the helper's parameters (and ``self``) name in the loop's function."""
+        mapped: dict[str, str | None] = {}
+        for parameter in function_parameters(function):
+            argument = argument_for(call, function, parameter)
+            mapped[parameter] = self._receiver(argument, depth, names) if argument is not None else None
+        parameters = function_parameters(function)
+        if parameters and parameters[0] == "self" and isinstance(call.func, cst.Attribute):
+            mapped["self"] = self._receiver(call.func.value, depth, names)
+        return mapped
+
+    def _receiver(self, expr: cst.BaseExpression, depth: int, names: dict[str, str | None]) -> str | None:
+        """The dotted name of ``expr`` as the loop's function spells it: a helper's parameter
+        becomes what was passed for it; a helper's own local is unknown (None)."""
+        name = dotted_name(expr)
+        if name is None or depth == 0:
+            return name
+        head, dot, rest = name.partition(".")
+        if head in names:
+            mapped = names[head]
+            return mapped + dot + rest if mapped is not None else None
+        return name if self.ctx.bindings.scope(self.ctx.module).assigned.get(head) else None
+
+    # the verdict -----------------------------------------------------------------------------------
+    def _left_on(self, events: list[_Event], index: int) -> bool:
+        """After the eval at ``index``, does the next iteration reach a backward with no train()
+        that may restore that model? (A backward later in the same iteration, or an eval() of the
+        same model before the next backward, means the training wants it in eval mode: a frozen
+        encoder or submodule, not a validation that forgot to switch back.)"""
+        receiver = events[index].receiver
+        for event in events[index + 1:]:
+            if event.kind == "backward":
+                return False
+            if event.kind == "train" and _restores(event.receiver, receiver):
+                return False
+        for event in events[:index]:
+            if event.kind == "backward":
+                return True
+            if event.kind == "train" and _restores(event.receiver, receiver) \
+                    or event.kind == "eval" and event.receiver == receiver:
+                return False  # restored, or put in eval mode again for the training on purpose
+        return False
+
+    def _is_model(self, receiver: str) -> bool:
+        """Something the file runs as a model: named like one, or called, or asked for its
+        parameters."""
+        if MODEL_NAME.search(receiver.rsplit(".", 1)[-1]):
+            return True
+        return re.search(rf"(?<![\w.]){re.escape(receiver)}(\.forward)?\s*\(|(?<![\w.]){re.escape(receiver)}"
+                         r"\.parameters\(", self.ctx.source) is not None
+
+    def _trained(self, loop: cst.CSTNode, receiver: str) -> bool:
+        """May the loop train this model? Not when it is named (or assigned from a name) like a
+        model kept frozen on purpose (``ema_model``, ``teacher``, ``target_net``), when the loop calls
+        it only under ``no_grad``, nor when the file builds its optimizers from parameters and none of them
+        are this model's (an EMA copy); yes when that cannot be told (the model is a parameter of
+        the function, or the optimizers are built from a name)."""
+        names = [receiver, *(dotted_name(v) or "" for v in self.ctx.bindings.values(receiver) if v is not None)]
+        if any(FROZEN_NAME.search(part) for name in names for part in name.split(".")):
+            return False
+        calls = _model_calls(loop, receiver, self.ctx.bindings)
+        if calls and all(under_no_grad for under_no_grad in calls):
+            return False
+        optimizers = [self.ctx.code_for(call) for call in self._optimizers]
+        if not optimizers or any(".parameters(" not in code for code in optimizers):
+            return True
+        root = receiver.split(".")[0]
+        function = self.ctx.enclosing_function()
+        if function is not None and root in function_parameters(function):
+            return True
+        pattern = re.compile(rf"(?<![\w.]){re.escape(receiver)}\b")
+        return any(pattern.search(code) for code in optimizers)
+
+    @cached_property
+    def _optimizers(self) -> list[cst.Call]:
+        """The file's optimizer constructions (``torch.optim.SGD(...)``)."""
+        found: list[cst.Call] = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Call):
+                qualified = self.ctx.bindings.qualified_name(node.func) or ""
+                if qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified \
+                        and qualified.rsplit(".", 1)[-1][:1].isupper():
+                    found.append(node)
+            return True
+
+        walk(self.ctx.module, on_visit)
+        return found
+
+    def _mode_free(self, receiver: str) -> bool:
+        """Is the model one the file builds from layers that behave the same in both modes (no
+        dropout, no normalization, nothing that reads ``self.training``)? Then eval mode changes
+        nothing, and there is nothing to report."""
+        values = self.ctx.bindings.values(receiver)
+        return bool(values) and all(value is not None and self._built_mode_free(value, 0) for value in values)
+
+    def _built_mode_free(self, value: cst.BaseExpression, depth: int) -> bool:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "train"):
+            value = value.func.value
+        if not isinstance(value, cst.Call) or depth > MAX_DEPTH:
+            return False
+        qualified = self.ctx.bindings.qualified_name(value.func)
+        if qualified is not None:
+            return qualified.startswith("torch.nn.") and self._layers_mode_free(value, depth)
+        classes = self.ctx.bindings.defined(dotted_name(value.func), cst.ClassDef)
+        return len(classes) == 1 and self._layers_mode_free(classes[0], depth)
+
+    def _layers_mode_free(self, tree: cst.CSTNode, depth: int) -> bool:
+        """Every layer built in ``tree`` is a ``torch.nn`` layer that does not depend on the mode,
+        or a class of the file built of such layers."""
+        if MODE_DEPENDENT.search(self.ctx.code_for(tree)):
+            return False
+        free = [True]
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if not free[0] or not isinstance(node, cst.Call):
+                return free[0]
+            qualified = self.ctx.bindings.qualified_name(node.func)
+            if qualified is not None:
+                free[0] = qualified.startswith("torch.")
+            else:
+                name = dotted_name(node.func)
+                classes = self.ctx.bindings.defined(name, cst.ClassDef) if name else []
+                if classes:
+                    free[0] = self._layers_mode_free(classes[0], depth + 1) if depth < MAX_DEPTH else False
+            return free[0]
+
+        walk(tree, on_visit)
+        return free[0]
+
+    def _report(self, loop: cst.CSTNode, events: list[_Event]) -> None:
+        first = events[0]
+        where = f" (in `{first.helper}`)" if first.helper else ""
+        evals = " and ".join(f"`{event.receiver}.eval()`" for event in events)
+        restores = [f"{event.receiver}.train()" for event in events]
+        models = "the model" if len(events) == 1 else "the models"
+        verb = "leaves" if len(events) == 1 else "leave"
+        message = (f"{evals}{where} {verb} {models} in eval mode when the next iteration trains: dropout stays off and "
+                   f"batch norm stops updating from then on; call {' and '.join(f'`{r}`' for r in restores)} at the "
+                   "top of the loop")
+        self.report(first.site, message, self._fix(loop, restores))
+
+    def _fix(self, loop: cst.CSTNode, restores: list[str]):
+        first = loop.body.body[0]
+        indent = "".join(self.ctx.module.default_indent if block.indent is None else block.indent
+                         for block in [*self.ctx.enclosing(cst.IndentedBlock), loop.body])
+        lines = "".join(f"{indent}{restore}\n" for restore in restores)
+        return self.fix(f"Call {' and '.join(f'`{r}`' for r in restores)} at the top of the loop",
+                        self.insert_lines_before(first, lines))
+
+
+def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
+    """The calls of the model in the loop body (``model(x)``, ``model.forward(x)``), each as whether
+    it runs under ``torch.no_grad()`` / ``inference_mode()``."""
+    found: list[bool] = []
+    depth = [0]
+
+    def disables(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.With) and any(with_item_disables_grad(item, bindings) for item in node.items)
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, SCOPES):
+            return False
+        if disables(node):
+            depth[0] += 1
+        if isinstance(node, cst.Call):
+            func = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward" \
+                else node.func
+            if dotted_name(func) == receiver:
+                found.append(depth[0] > 0)
+        return True
+
+    def on_leave(node: cst.CSTNode) -> None:
+        if disables(node):
+            depth[0] -= 1
+
+    walk(loop.body, on_visit, on_leave)
+    return found
+
+
+def _restores(trained: str | None, evaluated: str | None) -> bool:
+    """Does ``trained.train()`` put ``evaluated`` back in training mode (the same module, one that
+    contains it, or a name that cannot be related to it)?"""
+    return trained is None or evaluated is None or trained == evaluated or evaluated.startswith(trained + ".")

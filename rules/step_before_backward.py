@@ -1,0 +1,115 @@
+"""
+## What it does
+
+Finds an optimizer step that runs, in an iteration of a training loop, before any `backward()`
+of that iteration while a backward follows it: `optimizer.step()` written above
+`loss.backward()`.
+
+## Why is it wrong
+
+`step()` applies whatever gradients `.grad` holds when it runs. Before the backward of the
+iteration, those are the previous iteration's gradients, or none at all when `zero_grad()` ran
+in between (the usual order `zero_grad(); ...; step(); backward()` makes every step apply
+nothing, and with `set_to_none=True`, the default since torch 2.0, the optimizer skips every
+parameter: the model never trains). At best the updates lag one batch behind and the last
+backward is wasted; there is no error either way. The PyTorch docs: call `step()` "once the
+gradients are computed using e.g. `backward()`".
+
+## Example
+
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    optimizer.step()
+    loss.backward()
+```
+
+## Use instead
+
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+## Fix safety
+
+No fix: moving the step changes which gradients it applies, and where the author meant it to go
+(after which backward, before or after clipping and scaler updates) is not always clear. The
+rule stays silent for a step under a condition (`if i % k == 0: optimizer.step()` at the top of
+an iteration applies the gradients accumulated over the previous ones, on purpose), for a step
+that is not an optimizer's (`scheduler.step()`, `env.step(action)`), and when a backward of the
+same iteration comes before the step (a GAN's discriminator step before its generator's
+backward is in order).
+
+## References
+
+- https://pytorch.org/docs/stable/optim.html#taking-an-optimization-step
+- https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.step.html
+- https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html#optimization-loop
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.analysis.loops import is_backward_call
+from torchlint.analysis.steps import ast_steps_in_training_loops, stepped_optimizer
+from torchlint.analysis.walk import walk
+from torchlint.rule import Rule, Severity, SyntaxIndex
+from torchlint.rules._loop import innermost_training_loop
+
+CONDITIONS = (cst.If, cst.IfExp, cst.Try, cst.TryStar, cst.BooleanOperation, cst.Match)
+
+
+class StepBeforeBackward(Rule):
+    code = "TL807"
+    name = "step-before-backward"
+    kind = "correctness"
+    summary = "`optimizer.step()` before `loss.backward()` in the same iteration"
+    severity = Severity.ERROR
+    triggers = ("backward",)
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        return ast_steps_in_training_loops(index)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        optimizer = stepped_optimizer(node, self.ctx.bindings)
+        if optimizer is None:
+            return
+        loop = innermost_training_loop(self.ctx)
+        if loop is None or self._conditional(loop):
+            return
+        before, after = self._backwards_around(loop, node)
+        if before or not after:
+            return
+        backward = self.ctx.code_for(after[0].func)
+        self.report(node, f"`{self.ctx.code_for(node)}` runs before `{backward}()` in the same iteration: it "
+                          "applies the previous iteration's gradients (or none, once they are cleared), so the "
+                          "updates lag a batch behind or never happen; step after the backward")
+
+    def _conditional(self, loop: cst.CSTNode) -> bool:
+        """Is the step under a condition inside the loop (a deliberate deferred step)?"""
+        index = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
+        return any(isinstance(node, CONDITIONS) for node in self.ctx.ancestors[index + 1:])
+
+    def _backwards_around(self, loop: cst.CSTNode, step: cst.Call) -> tuple[list[cst.Call], list[cst.Call]]:
+        """The backward calls of the loop body before the step and after it, in source order
+        (functions defined in the body left out)."""
+        before: list[cst.Call] = []
+        after: list[cst.Call] = []
+        seen_step = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if node is step:
+                seen_step.append(node)
+            elif isinstance(node, cst.Call) and is_backward_call(node, self.ctx.bindings):
+                (after if seen_step else before).append(node)
+            return not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+
+        walk(loop.body, on_visit)
+        return before, after

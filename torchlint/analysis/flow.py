@@ -1,0 +1,241 @@
+"""Following a value or a call within one file: which assignment gives a name its value at a
+place, and which of the file's own functions a call runs.
+
+Both are light stand-ins for real data-flow and call-graph analysis (a layer of cross-function
+summaries is being built apart from this): names are matched as written, a branch may or may not
+run, a loop's later statements do not reach its earlier ones, and a call reaches a function of the
+file only by its name (``helper(...)``, ``self.helper(...)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.syntax import dotted_name, function_parameters
+from torchlint.analysis.walk import walk
+
+SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+BLOCKS = (cst.IndentedBlock, cst.Module)
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """One assignment that may give a name its value: ``value`` is the assigned expression, and
+    ``element`` the index the name takes of it when it is unpacked (``a, b = pair`` -> ``b`` is
+    element 1 of ``pair``); ``statement`` is the assignment's statement line."""
+
+    value: cst.BaseExpression
+    element: int | None
+    statement: cst.CSTNode
+
+
+def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """The nodes from ``root`` down to ``target`` (both included), or None when ``target`` is not
+    inside ``root``: the ancestors of a node the walk is not at."""
+    stack: list[cst.CSTNode] = []
+    found: list[list[cst.CSTNode]] = []
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if found:
+            return False
+        stack.append(node)
+        if node is target:
+            found.append(list(stack))
+            return False
+        return True
+
+    def on_leave(node: cst.CSTNode) -> None:
+        if stack and stack[-1] is node:
+            stack.pop()
+
+    walk(root, on_visit, on_leave)
+    return found[0] if found else None
+
+
+def target_binds(target: cst.BaseExpression, name: str, element: int | None = None) -> tuple[bool, int | None] | None:
+    """Does an assignment target bind ``name``: (True, element index or None), else None. Nested
+    or starred unpacking binds it to no single element: (True, -1)."""
+    if dotted_name(target) == name:
+        return True, element
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for index, item in enumerate(target.elements):
+            if isinstance(item, cst.StarredElement) or element is not None:
+                if target_binds(item.value, name) is not None:
+                    return True, -1
+                continue
+            found = target_binds(item.value, name, index)
+            if found is not None:
+                return found
+    return None
+
+
+class _Binds:
+    """Searches a statement for what binds ``name`` in it (functions and classes inside left out)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def small(self, statement: cst.BaseSmallStatement, line: cst.CSTNode) -> list[Assigned | None] | None:
+        """What a small statement binds ``name`` to: None if it does not bind it; a list whose
+        items are None where the value is unknown (``+=``, ``import``, ``del``)."""
+        if isinstance(statement, cst.Assign):
+            for target in reversed(statement.targets):
+                found = target_binds(target.target, self.name)
+                if found is not None:
+                    element = found[1]
+                    return [None] if element == -1 else [Assigned(statement.value, element, line)]
+            return None
+        if isinstance(statement, cst.AnnAssign) and dotted_name(statement.target) == self.name:
+            return [Assigned(statement.value, None, line)] if statement.value is not None else [None]
+        if isinstance(statement, cst.AugAssign) and dotted_name(statement.target) == self.name:
+            return [None]
+        if isinstance(statement, (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal, cst.Del)) \
+                and self.name in cst.Module([]).code_for_node(statement).replace(",", " ").split():
+            return [None]
+        return None
+
+    def walrus(self, node: cst.CSTNode) -> bool:
+        """Does an expression bind the name with ``:=`` (its value is then taken as unknown)?"""
+        found = []
+
+        def on_visit(child: cst.CSTNode) -> bool:
+            if isinstance(child, cst.NamedExpr) and dotted_name(child.target) == self.name:
+                found.append(child)
+            return not found and not isinstance(child, SCOPES)
+
+        walk(node, on_visit)
+        return bool(found)
+
+
+def _reaching_in_block(statements: list[cst.CSTNode], binds: _Binds) -> tuple[list[Assigned | None], bool]:
+    """The assignments of the name that may reach the end of ``statements``, and whether one of
+    them surely runs (so nothing before the block reaches past it)."""
+    reached: list[Assigned | None] = []
+    for statement in reversed(statements):
+        found, certain = _reaching_in_statement(statement, binds)
+        reached += found
+        if certain:
+            return reached, True
+    return reached, False
+
+
+def _reaching_in_statement(statement: cst.CSTNode, binds: _Binds) -> tuple[list[Assigned | None], bool]:
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in reversed(statement.body):
+            found = binds.small(small, statement)
+            if found is not None:
+                return found, True
+        if binds.walrus(statement):
+            return [None], True
+        return [], False
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return ([None], True) if statement.name.value == binds.name else ([], False)
+    if isinstance(statement, cst.With):
+        if any(item.asname is not None and target_binds(item.asname.name, binds.name) is not None
+               for item in statement.items):
+            return [None], True
+        return _reaching_in_block(list(statement.body.body), binds)
+    branches: list[list[cst.CSTNode]] = []
+    always = False  # one of the branches surely runs
+    if isinstance(statement, cst.If):
+        node: cst.CSTNode | None = statement
+        while isinstance(node, cst.If):
+            branches.append(list(node.body.body))
+            node = node.orelse
+        if isinstance(node, cst.Else):
+            branches.append(list(node.body.body))
+            always = True
+    elif isinstance(statement, (cst.For, cst.While)):
+        if isinstance(statement, cst.For) and target_binds(statement.target, binds.name) is not None:
+            return [None], False
+        branches.append(list(statement.body.body))
+        if statement.orelse is not None:
+            branches.append(list(statement.orelse.body.body))
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        branches.append(list(statement.body.body))
+        branches += [list(handler.body.body) for handler in statement.handlers]
+        for extra in (statement.orelse, statement.finalbody):
+            if extra is not None:
+                branches.append(list(extra.body.body))
+    elif isinstance(statement, cst.Match):
+        return ([None], False) if binds.walrus(statement) or binds.name in _match_names(statement) else ([], False)
+    else:
+        return [], False
+    reached: list[Assigned | None] = []
+    certain = always
+    for branch in branches:
+        found, sure = _reaching_in_block(branch, binds)
+        reached += found
+        certain = certain and sure
+    return reached, certain and bool(reached)
+
+
+def _match_names(statement: cst.Match) -> set[str]:
+    names: set[str] = set()
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+        return True
+
+    walk(statement, on_visit)
+    return names
+
+
+def reaching_assignments(name: str, chain: list[cst.CSTNode]) -> list[Assigned] | None:
+    """The assignments that may give ``name`` its value at the last node of ``chain`` (the nodes
+    from the module down to it). None when a value is unknown: a parameter, a ``for``/``with``
+    target, ``+=``, an import; or the name is not bound before the place in its function (a
+    global, or a name bound later in a loop body)."""
+    binds = _Binds(name)
+    reached: list[Assigned | None] = []
+    for i in range(len(chain) - 1, 0, -1):
+        node, parent = chain[i], chain[i - 1]
+        if isinstance(node, SCOPES) and i != len(chain) - 1:
+            if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+                parameters = function_parameters(node)
+                if name in parameters:
+                    return None
+            break
+        if isinstance(parent, BLOCKS):
+            body = list(parent.body)
+            found, certain = _reaching_in_block(body[: body.index(node)], binds)
+            reached += found
+            if certain:
+                return None if any(item is None for item in reached) or not reached else reached
+    return None
+
+
+def function_of_call(call: cst.Call, bindings: Bindings) -> cst.FunctionDef | None:
+    """The function of the file a call runs, found by its name: ``helper(...)``, or a method
+    ``self.helper(...)`` / ``obj.helper(...)``; None when the file defines no function of that
+    name or more than one."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        name = func.value
+    elif isinstance(func, cst.Attribute):
+        name = func.attr.value
+    else:
+        return None
+    found = bindings.defined(name, cst.FunctionDef)
+    return found[0] if len(found) == 1 else None
+
+
+def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> cst.BaseExpression | None:
+    """The expression a call passes for one of the function's parameters (by position, ``self``
+    skipped for a method called on an object, or by keyword)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    if names and names[0] in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        names = names[1:]
+    positional = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in positional):
+        return None
+    if parameter in names and names.index(parameter) < len(positional):
+        return positional[names.index(parameter)].value
+    return None

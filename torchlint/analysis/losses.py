@@ -1,0 +1,346 @@
+"""Losses and what reaches them: which calls compute a cross-entropy or a binary cross-entropy
+(through the imports, a criterion built once and called later, a function kept under a name), and
+what the value they are given went through last: a softmax, a log-softmax, a sigmoid, or a plain
+linear layer (raw logits).
+
+The value is followed back through the names it was assigned to (``flow.reaching_assignments``),
+through shape-only methods (``.view``, ``.squeeze``, indexing) and into the file's own models: a
+``nn.Sequential`` whose last layer is ``nn.Softmax()``, or an ``nn.Module`` class whose
+``forward`` returns a softmax (element by element when it returns a tuple that the caller
+unpacks). Where any path is unknown, or two paths disagree, the answer is None.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.flow import Assigned, path_to, reaching_assignments
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import dotted_name, find_argument, positional_args, returns_of
+
+# kind of loss -> the functions and the classes that compute it
+LOSSES = {
+    "cross_entropy": ({"torch.nn.functional.cross_entropy"},
+                      {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}),
+    "bce_with_logits": ({"torch.nn.functional.binary_cross_entropy_with_logits"},
+                        {"torch.nn.BCEWithLogitsLoss", "torch.nn.modules.loss.BCEWithLogitsLoss"}),
+    "bce": ({"torch.nn.functional.binary_cross_entropy"},
+            {"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"}),
+}
+LOSS_FUNCTIONS = {name: kind for kind, (functions, _) in LOSSES.items() for name in functions}
+LOSS_CLASSES = {name: kind for kind, (_, classes) in LOSSES.items() for name in classes}
+
+ACTIVATION_FUNCTIONS = {
+    "torch.softmax": "softmax", "torch.nn.functional.softmax": "softmax", "torch.special.softmax": "softmax",
+    "torch.log_softmax": "log_softmax", "torch.nn.functional.log_softmax": "log_softmax",
+    "torch.special.log_softmax": "log_softmax",
+    "torch.sigmoid": "sigmoid", "torch.nn.functional.sigmoid": "sigmoid", "torch.special.expit": "sigmoid",
+}
+ACTIVATION_METHODS = {"softmax": "softmax", "log_softmax": "log_softmax", "sigmoid": "sigmoid"}
+ACTIVATION_LAYERS = {f"torch.nn.{prefix}{layer}": kind
+                     for layer, kind in (("Softmax", "softmax"), ("LogSoftmax", "log_softmax"), ("Sigmoid", "sigmoid"))
+                     for prefix in ("", "modules.activation.")}
+# Layers and functions whose output is an unbounded score: a logit, when nothing follows.
+LOGIT_LAYERS = frozenset({f"torch.nn.{prefix}{layer}" for prefix in ("", "modules.linear.", "modules.conv.")
+                          for layer in ("Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d",
+                                        "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")})
+LOGIT_FUNCTIONS = frozenset({"torch.nn.functional.linear", "torch.nn.functional.conv1d",
+                             "torch.nn.functional.conv2d", "torch.nn.functional.conv3d"})
+LOG_FUNCTIONS = frozenset({"torch.log"})
+# Methods and functions that change a tensor's shape, type or place, not what its values mean.
+SHAPE_METHODS = frozenset({"view", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous", "float", "double",
+                           "half", "bfloat16", "to", "cuda", "cpu", "permute", "transpose", "type_as", "view_as",
+                           "reshape_as", "clone"})
+SHAPE_FUNCTIONS = frozenset({"torch.squeeze", "torch.unsqueeze", "torch.flatten", "torch.reshape"})
+# What a model is kept under: moved, cast, put in a mode, wrapped for data parallelism or compiled.
+MODEL_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "train", "eval", "requires_grad_"})
+MODEL_WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                            "torch.nn.parallel.DistributedDataParallel", "torch.compile"})
+SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+MAX_DEPTH = 5
+
+
+@dataclass(frozen=True)
+class Activation:
+    """What a value went through last before the loss.
+
+    ``kind``: "softmax", "log_softmax", "sigmoid" or "logits" (a linear or convolution layer with
+    nothing after it). ``node``: where it is applied (the call ``F.softmax(z, 1)``, or the layer
+    ``nn.Softmax()`` a model ends with). ``source``: the input of a call applied to the value
+    itself (``z``), which a fix can put in the call's place; None for a model's last layer.
+    ``through``: the name or the model the value came through (None when the call is written in
+    the loss's own arguments). ``assigned``: the one assignment it came through, if that is how.
+    ``two_steps``: a log-softmax written as the log of a softmax (``torch.log(F.softmax(z))``),
+    which underflows where a log-softmax does not.
+    """
+
+    kind: str
+    node: cst.CSTNode
+    source: cst.BaseExpression | None
+    through: str | None = None
+    assigned: Assigned | None = None
+    two_steps: bool = False
+
+
+def first_input(call: cst.Call) -> cst.BaseExpression | None:
+    """The ``input`` of a loss or an activation call (``F.cross_entropy(input, target)``,
+    ``F.softmax(input, dim)``, ``layer(input)``): its first positional argument or ``input=``."""
+    found = find_argument(call, "input", 0)
+    return found.value if found is not None and not found.star else None
+
+
+def _strip(expr: cst.BaseExpression, bindings: Bindings, methods: frozenset[str],
+           functions: frozenset[str]) -> cst.BaseExpression:
+    """``expr`` without the method calls in ``methods`` after it and the calls of ``functions``
+    around it (their first argument)."""
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in methods \
+                and bindings.qualified_name(expr.func) is None:
+            expr = expr.func.value
+        elif isinstance(expr, cst.Call) and bindings.qualified_name(expr.func) in functions and expr.args \
+                and not expr.args[0].star and expr.args[0].keyword is None:
+            expr = expr.args[0].value
+        else:
+            return expr
+
+
+class Losses:
+    """The losses of one file and the activations that reach them."""
+
+    def __init__(self, module: cst.Module, bindings: Bindings):
+        self.module = module
+        self.bindings = bindings
+
+    # which loss ------------------------------------------------------------------------------------
+    def kind(self, call: cst.Call) -> str | None:
+        """"cross_entropy", "bce_with_logits" or "bce" for a call that computes that loss:
+        ``F.cross_entropy(x, y)``, ``nn.CrossEntropyLoss()(x, y)``, or ``criterion(x, y)`` where
+        every value the file gives ``criterion`` is such a loss."""
+        func = call.func
+        found = LOSS_FUNCTIONS.get(self.bindings.qualified_name(func))
+        if found is not None:
+            return found
+        if isinstance(func, cst.Call):
+            return LOSS_CLASSES.get(self.bindings.qualified_name(func.func))
+        name = dotted_name(func)
+        if name is None or name.rsplit(".", 1)[-1] in ACTIVATION_METHODS:
+            return None
+        kinds = {self._loss_value(value) for value in self.bindings.values(name)}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def _loss_value(self, value: cst.BaseExpression | None) -> str | None:
+        """The loss a value assigned to a name computes when called: ``nn.CrossEntropyLoss(...)``
+        (moved or not), ``F.cross_entropy``, either branch of ``a if c else b`` when both agree."""
+        if value is None:
+            return None
+        if isinstance(value, cst.IfExp):
+            kinds = {self._loss_value(value.body), self._loss_value(value.orelse)}
+            return kinds.pop() if len(kinds) == 1 else None
+        value = _strip(value, self.bindings, MODEL_METHODS, frozenset())
+        if isinstance(value, cst.Call):
+            return LOSS_CLASSES.get(self.bindings.qualified_name(value.func))
+        return LOSS_FUNCTIONS.get(self.bindings.qualified_name(value))
+
+    # what reaches it -------------------------------------------------------------------------------
+    def given(self, call: cst.Call, chain: list[cst.CSTNode]) -> tuple[str, cst.BaseExpression, Activation] | None:
+        """For a loss call at the end of ``chain``: which loss, its input, and what that input went
+        through last; None when the call is not a known loss or that is unknown."""
+        kind = self.kind(call)
+        predictions = first_input(call) if kind is not None else None
+        found = self.activation(predictions, chain) if predictions is not None else None
+        return (kind, predictions, found) if found is not None else None
+
+    def activation(self, expr: cst.BaseExpression, chain: list[cst.CSTNode]) -> Activation | None:
+        """What ``expr``, evaluated at the last node of ``chain`` (the nodes from the module down to
+        the place), went through last; None when that is unknown or not one thing."""
+        return self._activation(expr, chain, 0, None)
+
+    def _activation(self, expr: cst.BaseExpression, chain: list[cst.CSTNode], depth: int,
+                    element: int | None) -> Activation | None:
+        if depth > MAX_DEPTH:
+            return None
+        expr = _strip(expr, self.bindings, SHAPE_METHODS, SHAPE_FUNCTIONS)
+        if isinstance(expr, cst.Subscript):
+            model = self._call_target(expr.value)
+            index = expr.slice[0].slice if len(expr.slice) == 1 else None
+            if model is not None and isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+                return self._activation(expr.value, chain, depth, int(index.value.value))
+            return None if element is not None else self._activation(expr.value, chain, depth, None)
+        if isinstance(expr, cst.Tuple) and element is not None:
+            if element < len(expr.elements) and not isinstance(expr.elements[element], cst.StarredElement):
+                return self._activation(expr.elements[element].value, chain, depth, None)
+            return None
+        if isinstance(expr, cst.Name):
+            return self._through_name(expr.value, chain, depth, element)
+        if isinstance(expr, cst.Call):
+            return self._of_call(expr, chain, depth, element)
+        return None
+
+    def _through_name(self, name: str, chain: list[cst.CSTNode], depth: int,
+                      element: int | None) -> Activation | None:
+        assignments = reaching_assignments(name, chain)
+        if not assignments or element is not None and any(a.element is not None for a in assignments):
+            return None  # unknown, or an element of an element (not followed)
+        first = _one_kind([self._assigned_activation(assigned, chain, depth, element) for assigned in assignments])
+        if first is None:
+            return None
+        # the fix can drop an activation applied in the one assignment the value came through
+        assigned = assignments[0] if len(assignments) == 1 and first.through is None else None
+        return Activation(first.kind, first.node, first.source, first.through or name, assigned, first.two_steps)
+
+    def _assigned_activation(self, assigned: Assigned, chain: list[cst.CSTNode], depth: int,
+                             element: int | None) -> Activation | None:
+        where = self._chain_to(chain, assigned.value)
+        if where is None:
+            return None
+        return self._activation(assigned.value, where, depth + 1,
+                                assigned.element if assigned.element is not None else element)
+
+    def _of_call(self, call: cst.Call, chain: list[cst.CSTNode], depth: int,
+                 element: int | None) -> Activation | None:
+        qualified = self.bindings.qualified_name(call.func)
+        if element is None:
+            kind = ACTIVATION_FUNCTIONS.get(qualified)
+            if kind is not None:
+                return Activation(kind, call, first_input(call))
+            if qualified is None and isinstance(call.func, cst.Attribute) \
+                    and call.func.attr.value in ACTIVATION_METHODS and not self._is_module_name(call.func.value):
+                return Activation(ACTIVATION_METHODS[call.func.attr.value], call, call.func.value)
+            if qualified in LOGIT_FUNCTIONS:
+                return Activation("logits", call, None)
+            log = self._log_of_softmax(call, chain, depth)
+            if log is not None:
+                return log
+        if isinstance(call.func, cst.Call):  # nn.Softmax(dim=1)(x)
+            layer = self._layer(call.func)
+            if layer is not None and element is None:
+                return Activation(layer.kind, call, first_input(call) if layer.kind != "logits" else None)
+            return None
+        callee = self._call_target(call)
+        if callee is None:
+            return None
+        return self._model_output(callee, call, depth, element)
+
+    def _log_of_softmax(self, call: cst.Call, chain: list[cst.CSTNode], depth: int) -> Activation | None:
+        """``torch.log(F.softmax(z))``, ``F.softmax(z).log()``: a log-softmax written in two steps."""
+        if self.bindings.qualified_name(call.func) in LOG_FUNCTIONS:
+            inner = first_input(call)
+        elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "log" and not call.args \
+                and self.bindings.qualified_name(call.func) is None:
+            inner = call.func.value
+        else:
+            return None
+        if inner is None:
+            return None
+        found = self._activation(inner, chain, depth + 1, None)
+        if found is None or found.kind != "softmax" or found.through is not None:
+            return None
+        return Activation("log_softmax", call, found.source, two_steps=True)
+
+    def _is_module_name(self, expr: cst.BaseExpression) -> bool:
+        """``torch``, ``F``: a module, whose ``.softmax`` is a function rather than a method."""
+        name = dotted_name(expr)
+        return name is not None and self.bindings.qualified_name(expr) is not None \
+            and not self.bindings.values(name)
+
+    def _call_target(self, expr: cst.BaseExpression) -> str | None:
+        """The dotted name a call calls (``model`` for ``model(x)`` and ``model.forward(x)``)."""
+        if not isinstance(expr, cst.Call):
+            return None
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        name = dotted_name(func)
+        if name is None or self.bindings.qualified_name(func) is not None and not self.bindings.values(name):
+            return None
+        return name
+
+    def _model_output(self, name: str, call: cst.Call, depth: int, element: int | None) -> Activation | None:
+        """What the module kept under ``name`` applies last, for every value the file gives it."""
+        values = self.bindings.values(name)
+        first = _one_kind([self._module_output(value, depth + 1, element) if value is not None else None
+                           for value in values])
+        if first is None:
+            return None
+        if first.source is not None and first.kind != "logits":
+            # an activation layer called on the value (`self.softmax(x)`): its input can take its place
+            return Activation(first.kind, call, first_input(call))
+        return Activation(first.kind, first.node, None, name)
+
+    def _module_output(self, value: cst.BaseExpression, depth: int, element: int | None) -> Activation | None:
+        """What a module built by ``value`` applies last to its output."""
+        if depth > MAX_DEPTH:
+            return None
+        value = _strip(value, self.bindings, MODEL_METHODS, MODEL_WRAPPERS)
+        if not isinstance(value, cst.Call):
+            return None
+        if element is None:
+            layer = self._layer(value)
+            if layer is not None:
+                # a layer called on a value: the call's input is what an activation replaces
+                return Activation(layer.kind, value, value if layer.kind != "logits" else None)
+        qualified = self.bindings.qualified_name(value.func)
+        if qualified in SEQUENTIAL:
+            layers = positional_args(value)
+            if element is not None or not layers or any(a.star for a in value.args):
+                return None
+            last = self._layer(layers[-1].value)
+            if last is not None:
+                return Activation(last.kind, layers[-1].value, None)
+            return self._module_output(layers[-1].value, depth + 1, None)
+        name = dotted_name(value.func)
+        classes = self.bindings.defined(name, cst.ClassDef) if name is not None else []
+        if len(classes) != 1:
+            return None
+        return self._forward_output(classes[0], depth + 1, element)
+
+    def _layer(self, value: cst.BaseExpression) -> Activation | None:
+        """``nn.Softmax(dim=1)`` -> softmax, ``nn.Linear(8, 2)`` -> logits: a layer built in place."""
+        if not isinstance(value, cst.Call):
+            return None
+        qualified = self.bindings.qualified_name(value.func)
+        kind = ACTIVATION_LAYERS.get(qualified) or ("logits" if qualified in LOGIT_LAYERS else None)
+        return Activation(kind, value, None) if kind is not None else None
+
+    def _forward_output(self, cls: cst.ClassDef, depth: int, element: int | None) -> Activation | None:
+        """What the ``forward`` of a model class of the file returns last (every return agreeing)."""
+        forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"),
+                       None)
+        if forward is None:
+            return None
+        returns = returns_of(forward)
+        if not returns or any(r.value is None for r in returns):
+            return None
+        first = _one_kind([self._activation(ret.value, chain, depth, element) if chain is not None else None
+                           for ret, chain in ((ret, path_to(self.module, ret)) for ret in returns)])
+        return Activation(first.kind, first.node, None) if first is not None else None
+
+    def _chain_to(self, chain: list[cst.CSTNode], node: cst.CSTNode) -> list[cst.CSTNode] | None:
+        """The nodes from the module down to ``node``, which lies in the innermost function of
+        ``chain`` (or the module)."""
+        for i in range(len(chain) - 1, -1, -1):
+            if isinstance(chain[i], (cst.FunctionDef, cst.Module)):
+                path = path_to(chain[i], node)
+                return chain[:i] + path if path is not None else None
+        return None
+
+
+def _one_kind(found: list[Activation | None]) -> Activation | None:
+    """The first answer, when there are answers, all known and all of one kind."""
+    if not found or any(a is None for a in found) or len({a.kind for a in found}) != 1:
+        return None
+    return found[0]
+
+
+# --- the precheck's questions ------------------------------------------------------------------------
+
+def ast_mentions(index: SyntaxIndex, *names: str) -> bool:
+    """Is one of ``names`` written as a name or an attribute in the file (``F.cross_entropy``,
+    ``CrossEntropyLoss``), aliases followed?"""
+    wanted = index.names(names)
+    return any(node.id in wanted for node in index.nodes(ast.Name)) or \
+        any(node.attr in wanted for node in index.nodes(ast.Attribute))
