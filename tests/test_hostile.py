@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -443,25 +445,166 @@ def slow_check_file(*args):
 runner.check_file = slow_check_file
 main(["--fix", "--no-cache", "--jobs", "2", "."])
 """
+STATE = re.compile(rb"\) (\S) (\d+) ")  # /proc/PID/stat: "pid (name) state ppid ..."
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent (Linux /proc); None once it is gone."""
+    try:
+        match = STATE.search(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
+        return None
+    return match.group(1).decode(), int(match.group(2))
+
+
+def children(pid: int) -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (process_state(int(entry.name)) or ("", 0))[1] == pid]
+
+
+def alive(pids) -> list[int]:
+    """Those of ``pids`` still running (a zombie has ended; PID 1 may be slow to reap it)."""
+    return [pid for pid in pids if (process_state(pid) or ("Z", 0))[0] != "Z"]
+
+
+def wait_until(condition, what: str, limit: float = 120):
+    """Poll for ``condition()``; the limit only stops a test that would otherwise hang."""
+    deadline = time.monotonic() + limit
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+    return found
+
+
+def fixed_count(files) -> int:
+    return sum(path.read_text() == MOVE_FIXED for path in files)
+
+
+def contents(project) -> dict:
+    return {path.name: path.read_bytes() for path in sorted(project.iterdir())}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_during_a_parallel_run(project):
-    for i in range(160):  # 8 batches of 20 files, a quarter of a second each
-        (project / f"m{i:03}.py").write_text(MOVE)
+    files = [project / f"m{i:03}.py" for i in range(160)]  # 8 batches of 20 files, a quarter of a second each
+    for path in files:
+        path.write_text(MOVE)
     process = subprocess.Popen([sys.executable, "-c", SLOW_RUN], cwd=project, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True)
-    time.sleep(4)  # the workers are busy fixing
+    wait_until(lambda: fixed_count(files), "a file fixed")  # the workers are busy fixing
+    workers = children(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
-    interrupted = time.monotonic()
-    _, stderr = process.communicate(timeout=60)
-    # each worker stops after the file in hand, not at the end of its batch (5 s) or of the queue
-    assert time.monotonic() - interrupted < 4, "the workers ran on after Ctrl-C"
+    _, stderr = process.communicate()
     assert process.returncode == 130
     assert stderr.decode().splitlines() == [
         "torchlint: error: interrupted; files already fixed were written whole, the others are untouched"]
-    texts = [(project / f"m{i:03}.py").read_text() for i in range(160)]
+    assert alive(workers) == []  # the workers stopped with it
+    texts = [path.read_text() for path in files]
+    # each worker stopped after the file in hand, not at the end of its batch or of the queue
     assert set(texts) <= {MOVE, MOVE_FIXED} and texts.count(MOVE_FIXED) < 160
     assert not list(project.glob("*.tmp")) and not list(project.glob(".*.tmp"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_the_parent_ends_its_workers(project):
+    """The workers of a `-j2` fix die with their parent: none is alive after a SIGKILL of the
+    parent, and no file changes once they are gone."""
+    files = [project / f"m{i:03}.py" for i in range(600)]
+    for path in files:
+        path.write_text(MOVE)
+    process = subprocess.Popen([sys.executable, "-m", "torchlint", "--fix", "--no-cache", "-j2", "."], cwd=project,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = wait_until(lambda: fixed_count(files) and children(process.pid), "the workers fixing files")
+    assert process.poll() is None, "the run ended before it could be killed: give it more files"
+    process.kill()
+    process.wait()
+    wait_until(lambda: not alive(workers), f"the workers {alive(workers)} ending with their parent")
+    before = contents(project)
+    time.sleep(1)
+    assert contents(project) == before
+    assert set(before.values()) <= {MOVE.encode(), MOVE_FIXED.encode(), GUIDE_RULES_CONFIG.encode()}
+    assert fixed_count(files) < len(files)
+
+
+def test_an_edit_saved_while_the_fixed_file_is_written_is_kept(project, monkeypatch):
+    """The editor saves between torchlint's read and its rename (here: while the new file is
+    synced to disk): the file is left with the editor's text, and the run says so."""
+    path = project / "m.py"
+    path.write_text(MOVE)
+    theirs = MOVE + "y = 1  # saved from the editor while torchlint wrote\n"
+    fsync = fileio.os.fsync
+
+    def fsync_then_someone_saves(fd):
+        fsync(fd)
+        path.write_text(theirs)
+
+    monkeypatch.setattr(fileio.os, "fsync", fsync_then_someone_saves)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", "m.py")
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        "torchlint: error: m.py: changed on disk while torchlint was working; not overwritten, run again"]
+    assert path.read_text() == theirs
+    assert sorted(p.name for p in project.iterdir()) == ["m.py", "pyproject.toml"]  # no temp file
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_fix_as_root_keeps_another_users_file_theirs(project):
+    path = project / "m.py"
+    path.write_text(MOVE)
+    os.chown(path, 4321, 8765)
+    path.chmod(0o640)
+    assert fix(project, "m.py").returncode == 0
+    assert path.read_text() == MOVE_FIXED
+    info = path.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (4321, 8765, 0o640)
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_written_in_place(project, monkeypatch):
+    """A user who may write another user's file but not give a new file to them (chown refused):
+    the fixed text goes into the file itself, as Ruff and Black write, and it stays theirs."""
+    path = project / "m.py"
+    path.write_text(MOVE)
+    inode = path.stat().st_ino
+    real_stat = type(path).stat
+
+    def owned_by_someone_else(self, *args, **kwargs):
+        info = real_stat(self, *args, **kwargs)
+        if self.name != "m.py":
+            return info
+        return os.stat_result((info.st_mode, info.st_ino, info.st_dev, info.st_nlink, 4321, 8765, *info[6:]))
+
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(type(path), "stat", owned_by_someone_else)
+    monkeypatch.setattr(fileio.os, "chown", refuse)
+    result = in_process(project, monkeypatch, "--fix", "--no-cache", "m.py")
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == MOVE_FIXED
+    assert path.stat().st_ino == inode
+    assert sorted(p.name for p in project.iterdir()) == ["m.py", "pyproject.toml"]
+
+
+def test_fix_writes_through_hard_links(project):
+    path = project / "m.py"
+    path.write_text(MOVE)
+    (project / "elsewhere").mkdir()
+    link = project / "elsewhere" / "same.py"
+    os.link(path, link)
+    assert fix(project, "m.py").returncode == 0
+    assert path.read_text() == link.read_text() == MOVE_FIXED
+    assert path.stat().st_ino == link.stat().st_ino and path.stat().st_nlink == 2
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_file_reached_by_two_names_is_fixed_once_in_a_parallel_run(project, link):
+    (project / "m.py").write_text(MOVE)
+    (project / "other.py").write_text(MOVE)
+    (project / "alias.py").symlink_to("m.py") if link == "symbolic" else os.link(project / "m.py", project / "alias.py")
+    result = run_torchlint("--fix", "--no-cache", "-j2", ".", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b"" and "Found 2 errors (2 fixed, 0 remaining)." in result.stdout.decode()
+    assert (project / "m.py").read_text() == (project / "other.py").read_text() == MOVE_FIXED
 
 
 def test_a_crash_in_a_rule_stops_neither_the_run_nor_the_other_files(project, monkeypatch):

@@ -58,6 +58,10 @@ def _error(message: str) -> None:
     click.echo(f"torchlint: error: {message}", err=True)
 
 
+def _warning(message: str) -> None:
+    click.echo(f"torchlint: warning: {message}", err=True)
+
+
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="torchlint")
 def main() -> None:
@@ -232,7 +236,7 @@ def _check_paths(paths, settings, run: Run, report: Report) -> int:
     from torchlint.runner import Cache, Options, check_files
 
     errors: list[str] = []
-    files = discover(paths, settings, errors.append)
+    files = discover(paths, settings, errors.append, _warning)
     options = Options(fix=run.fix, diff=run.diff, cache=Cache(run.cache, settings.fingerprint) if run.cache else None)
     results = check_files(files, settings, options, run.jobs)
     errors += [r.error for r in results if r.error]

@@ -8,6 +8,7 @@ import fnmatch
 import hashlib
 import json
 import re
+import reprlib
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,11 +41,31 @@ class ConfigError(Exception):
     """A problem the user must fix in their configuration or command line (exit 2)."""
 
 
+# A value shown in an error is cut short: a YAML alias bomb of 600 bytes expands to billions.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 80, 80, 40
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 4
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, bounded whatever the value holds."""
+    return _SHORT.repr(value)
+
+
+def _named(name: Any) -> str:
+    """A key or a selector in backticks, bounded."""
+    text = name if isinstance(name, str) else _shown(name)
+    return f"`{text[:80]}...`" if len(text) > 80 else f"`{text}`"
+
+
 def _version_key(value: Any, key: str, where: str) -> tuple[int, ...]:
+    if isinstance(value, (float, bool)):  # TOML and YAML read an unquoted 2.10 as the number 2.1
+        raise ConfigError(f"{where}: `{key}` must be a version in quotes, such as \"2.10\", not the number "
+                          f"{_shown(value)} (unquoted, 2.10 reads as 2.1)")
     try:
         return parse_version(str(value))
     except ValueError:
-        raise ConfigError(f"{where}: `{key}` must be a version like \"2.1\", got {value!r}") from None
+        raise ConfigError(f"{where}: `{key}` must be a version like \"2.1\", got {_shown(value)}") from None
 
 
 def resolve_selectors(selectors: list[str], where: str) -> set[str]:
@@ -59,7 +80,7 @@ def resolve_selectors(selectors: list[str], where: str) -> set[str]:
         if text.upper() == "TL000" or text.upper() == "TL0":
             continue  # syntax errors are always reported
         if not matched:
-            raise ConfigError(f"{where}: unknown rule selector `{text}` (see `torchlint rules`)")
+            raise ConfigError(f"{where}: unknown rule selector {_named(text)} (see `torchlint rules`)")
         codes |= matched
     return codes
 
@@ -145,26 +166,47 @@ def find_config(start: Path) -> Path | None:
         for name in CONFIG_FILES:
             candidate = folder / name
             if candidate.is_file():
-                if name != "pyproject.toml" or "torchlint" in _read_toml(candidate).get("tool", {}):
+                if name != "pyproject.toml" or "torchlint" in _tool_table(candidate):
                     return candidate
     return None
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> ConfigError:
+    byte = error.object[error.start:error.start + 1]
+    return ConfigError(f"{path}: not UTF-8 text (byte {byte!r} at offset {error.start}); save it as UTF-8")
 
 
 def _read_toml(path: Path) -> dict:
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from None
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: cannot read TOML: {error}") from None
 
 
+def _table(data: dict, key: str, where: Path) -> dict:
+    """``data[key]``, which must be a table if it is there."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: `{key}` must be a table, got {_shown(value)}")
+    return value
+
+
+def _tool_table(pyproject: Path) -> dict:
+    """The ``[tool]`` table of a pyproject.toml."""
+    return _table(_read_toml(pyproject), "tool", pyproject)
+
+
 def read_config(path: Path) -> dict:
     if path.name == "pyproject.toml" or path.suffix == ".toml":
-        data = _read_toml(path)
-        table = data.get("tool", {}).get("torchlint", {}) if path.name == "pyproject.toml" else data
+        table = _tool_table(path).get("torchlint", {}) if path.name == "pyproject.toml" else _read_toml(path)
     else:
         try:
             table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}  # never yaml.load: tags run code
+        except UnicodeDecodeError as error:
+            raise _not_utf8(path, error) from None
         except yaml.MarkedYAMLError as error:  # one line: where, and what
             mark = error.problem_mark
             where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -173,7 +215,7 @@ def read_config(path: Path) -> dict:
         except (OSError, yaml.YAMLError) as error:
             raise ConfigError(f"{path}: cannot read YAML: {error}") from None
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: the configuration must be a table of keys")
+        raise ConfigError(f"{path}: the configuration must be a table of keys, got {_shown(table)}")
     return table
 
 
@@ -183,8 +225,8 @@ def torch_requirement(root: Path) -> tuple[int, ...] | None:
     lines: list[str] = []
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
-        project = _read_toml(pyproject).get("project", {})
-        lines += [d for d in project.get("dependencies", []) if isinstance(d, str)]
+        dependencies = _table(_read_toml(pyproject), "project", pyproject).get("dependencies", [])
+        lines += _string_list(dependencies, "project.dependencies", str(pyproject))
     for requirements in sorted(root.glob("requirements*.txt")):
         try:
             lines += requirements.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -201,7 +243,7 @@ def _string_list(value: Any, key: str, where: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: `{key}` must be a list of strings, got {value!r}")
+        raise ConfigError(f"{where}: `{key}` must be a list of strings, got {_shown(value)}")
     return value
 
 
@@ -216,12 +258,13 @@ def _rule_options(table: dict, where: str) -> dict:
             for option, setting in value.items():
                 if option not in rule.options:
                     known = ", ".join(sorted(rule.options)) or "none"
-                    raise ConfigError(f"{where}: unknown option `{key}.{option}` (options of {rule.code}: {known})")
+                    raise ConfigError(f"{where}: unknown option {_named(f'{key}.{option}')} "
+                                      f"(options of {rule.code}: {known})")
                 expected = rule.options[option][0]
                 if expected is list:
                     setting = _string_list(setting, f"{key}.{option}", where)
                 elif not isinstance(setting, expected):
-                    raise ConfigError(f"{where}: `{key}.{option}` must be {expected.__name__}, got {setting!r}")
+                    raise ConfigError(f"{where}: `{key}.{option}` must be {expected.__name__}, got {_shown(setting)}")
                 options.setdefault(key, {})[option] = setting
     return options
 
@@ -248,7 +291,7 @@ def resolve_settings(
     rule_names = {r.name for r in all_rules()}
     for key in table:
         if key not in KNOWN_KEYS and key not in rule_names:
-            raise ConfigError(f"{where}: unknown key `{key}` (known keys: {', '.join(sorted(KNOWN_KEYS))}, "
+            raise ConfigError(f"{where}: unknown key {_named(key)} (known keys: {', '.join(sorted(KNOWN_KEYS))}, "
                               "or a rule name for its options)")
     lists = {key: _string_list(table[key], key, where) for key in LIST_KEYS if key in table}
     root = config_path.parent if config_path else (start.resolve() if start.is_dir() else start.resolve().parent)
@@ -265,7 +308,7 @@ def resolve_settings(
     selected -= resolve_selectors(ignore or [], "--ignore")
 
     per_file = table.get("per-file-ignores", {})
-    if not isinstance(per_file, dict):
+    if not isinstance(per_file, dict) or not all(isinstance(pattern, str) for pattern in per_file):
         raise ConfigError(f"{where}: `per-file-ignores` must map glob patterns to lists of rules")
     per_file_ignores = tuple(
         (pattern, frozenset(resolve_selectors(_string_list(codes, f"per-file-ignores.{pattern}", where), where)))
@@ -273,7 +316,7 @@ def resolve_settings(
 
     for key in ("unsafe-fixes", "respect-gitignore"):
         if key in table and not isinstance(table[key], bool):
-            raise ConfigError(f"{where}: `{key}` must be true or false, got {table[key]!r}")
+            raise ConfigError(f"{where}: `{key}` must be true or false, got {_shown(table[key])}")
 
     if target_torch is not None:
         torch_version = _version_key(target_torch, "--target-torch", "command line")

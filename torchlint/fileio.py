@@ -1,14 +1,19 @@
 """Reading and writing source files without losing anything: the declared encoding, a UTF-8
-BOM, the newline style and the file mode are kept; writes are atomic and refuse to overwrite a
-file that changed since it was read."""
+BOM, the newline style, the file's mode, owner, group and hard links are kept; writes are atomic
+(in place only where a new file could not keep the owner or the links), wait out interrupts, and
+refuse to overwrite a file that changed since it was read."""
 
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
+import signal
+import stat
 import tempfile
 import tokenize
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,34 +83,78 @@ def read_source(path: Path) -> SourceFile:
 
 
 def write_source(original: SourceFile, text: str) -> None:
-    """Atomically replace the file with ``text`` in its original encoding, BOM and mode, unless
-    someone else changed it since we read it."""
+    """Replace the file's content with ``text`` in its original encoding and BOM, keeping its mode,
+    owner and group and its hard links, unless someone else changed it since we read it."""
     path = original.path
     try:
         data = original.encode(text)
     except UnicodeEncodeError as error:
         raise WriteError(f"{path}: the fixed text cannot be written in {original.encoding} ({error})") from None
+    target = path.resolve()  # write through a symlink, not over it
     try:
-        if path.read_bytes() != original.raw:
-            raise WriteError(f"{path}: changed on disk while torchlint was working; not overwritten, run again")
-        mode = path.stat().st_mode & 0o7777
-        # the write replaces the file through its folder, which a read-only file would not stop
-        if not mode & 0o222 or not os.access(path, os.W_OK):
-            raise WriteError(f"{path}: the file is read-only; not fixed (make it writable to fix it)")
+        info = target.stat()
     except OSError as error:
         raise WriteError(f"{path}: cannot check the file before writing ({error.strerror or error})") from None
-    target = path.resolve()  # write through a symlink, not over it
-    handle = None
+    # the write replaces the file through its folder, which a read-only file would not stop
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise WriteError(f"{path}: the file is read-only; not fixed (make it writable to fix it)")
+    with signals_held():
+        if info.st_nlink > 1 or not _replace(original, target, data, info):
+            _write_in_place(original, target, data)
+
+
+# Signals that end a process wait while a file is written: a run stopped then (Ctrl-C, a kill,
+# the death of a worker's parent) leaves no file half-written and no temporary file behind.
+_HELD_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
+
+
+@contextmanager
+def signals_held():
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _check_unchanged(original: SourceFile, current: bytes) -> None:
+    """Checked as late as possible, right before the file is replaced: an editor's save while
+    torchlint worked (or wrote the new file) must not be lost."""
+    if current != original.raw:
+        raise WriteError(f"{original.path}: changed on disk while torchlint was working; not overwritten, run again")
+
+
+def _replace(original: SourceFile, target: Path, data: bytes, info: os.stat_result) -> bool:
+    """Atomically replace ``target``: a new file beside it, with its mode, owner and group, renamed
+    over it. False, with nothing changed, where the new file cannot be made or cannot be given the
+    owner and group (a folder the user cannot write to, another user's file)."""
+    path = original.path
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".torchlint.tmp", dir=target.parent)
-        handle = temp
+    except PermissionError:
+        return False
+    except OSError as error:
+        raise WriteError(f"{path}: cannot write the fixed file ({error.strerror or error}); the original is intact") from None
+    handle: str | None = temp
+    try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temp, mode)
+            made = os.fstat(out.fileno())
+        if (made.st_uid, made.st_gid) != (info.st_uid, info.st_gid):
+            try:
+                os.chown(temp, info.st_uid, info.st_gid)  # before chmod, which chown would clear setuid from
+            except PermissionError:
+                return False
+        os.chmod(temp, stat.S_IMODE(info.st_mode))
+        _check_unchanged(original, target.read_bytes())
         os.replace(temp, target)
         handle = None
+        return True
     except OSError as error:
         raise WriteError(f"{path}: cannot write the fixed file ({error.strerror or error}); the original is intact") from None
     finally:
@@ -114,3 +163,27 @@ def write_source(original: SourceFile, text: str) -> None:
                 os.unlink(handle)
             except OSError:
                 pass
+
+
+def _write_in_place(original: SourceFile, target: Path, data: bytes) -> None:
+    """Write into the file itself, as Ruff and Black always do: its hard links, owner and group
+    stay. Used only where a replacement cannot keep them, since a crash in the middle of it (not
+    an interrupt: those wait) would leave the file half-written. The space is reserved first, so
+    a full disk stops it before a byte changes."""
+    path = original.path
+    try:
+        with open(target, "r+b") as handle:
+            _check_unchanged(original, handle.read())
+            if len(data) > len(original.raw) and hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(handle.fileno(), 0, len(data))
+                except OSError as error:
+                    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                        raise
+            handle.seek(0)
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise WriteError(f"{path}: cannot write the fixed file ({error.strerror or error})") from None

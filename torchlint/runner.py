@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import hashlib
 import json
 import os
 import signal
+import sys
+import threading
+import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from torchlint.diagnostics import Diagnostic, Edit, Fix, Related, Severity
 from torchlint.engine import FixError, fix_source, lint_source, syntax_error
-from torchlint.fileio import SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, write_source
+from torchlint.fileio import (SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, signals_held,
+                              write_source)
 from torchlint.notebook import check_notebook_text, is_notebook
 
 
@@ -152,20 +157,50 @@ PARALLEL_MIN_FILES = 64
 
 
 _stop = None  # in a worker: the parent's "stop between files" event
+_parent = None  # in a worker: the parent's process id
 
 
-def _start_worker(stop) -> None:
-    global _stop
-    _stop = stop
+def _start_worker(stop, parent: int) -> None:
+    global _stop, _parent
+    _stop, _parent = stop, parent
     # Ctrl-C reaches every process of the group; the parent alone handles it and tells the workers
     # to stop between files, so that no write is cut short and no queued batch runs on after it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # the parent held the signals while it forked this process
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    _die_with(parent)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """A worker ends when its parent does (``kill -9``): the parent-death signal on Linux, a thread
+    that watches the parent elsewhere. SIGTERM's default action ends it; fileio holds the signal
+    while a file is written, so that none is left half-done."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    else:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch_parent(parent: int) -> None:
+    """Where there is no parent-death signal: poll, then send SIGTERM to this process. This thread
+    never takes the signal itself, so it waits until the main thread has written its file."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _check_batch(batch: list[Path], settings, options: Options) -> list[FileResult]:
     results = []
     for path in batch:
-        if _stop is not None and _stop.is_set():
+        if _stop.is_set() or os.getppid() != _parent:  # never a new file after Ctrl-C or the parent's death
             break
         results.append(check_file(path, settings, options))
     return results
@@ -184,9 +219,10 @@ def check_files(files: list[Path], settings, options: Options, jobs: int = 0) ->
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     stop = context.Event()
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
-                                                initargs=(stop,)) as pool:
+                                                initargs=(stop, os.getpid())) as pool:
         try:
-            done = pool.map(_check_batch, batches, [settings] * len(batches), [options] * len(batches))
+            with signals_held():  # a worker forked now sees no Ctrl-C before it ignores it
+                done = pool.map(_check_batch, batches, [settings] * len(batches), [options] * len(batches))
             by_path = {result_path: result for batch in done for result_path, result in
                        ((r.path, r) for r in batch)}
         except KeyboardInterrupt:
