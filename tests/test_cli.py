@@ -181,6 +181,24 @@ def test_target_torch_from_project_requirement(project):
     assert "TL301" not in run_torchlint("--no-cache", "--target-torch", "2.1", "t.py", cwd=project).stdout.decode()
 
 
+def test_src_folders_let_findings_see_into_the_project_helpers(project):
+    """`src` (as Ruff's) names where the project's own packages live: a helper imported from there
+    is followed, so its sync is reported at the call in the training loop; without it the import
+    is third-party and nothing is claimed about it."""
+    (project / "lib").mkdir()
+    (project / "lib" / "helpers.py").write_text("def log_loss(value):\n    print(value.item())\n")
+    (project / "train.py").write_text(
+        "import torch\nfrom helpers import log_loss\n\nmodel = torch.nn.Linear(4, 1).cuda()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    optimizer.zero_grad()\n    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    loss.backward()\n    optimizer.step()\n    log_loss(loss)\n")
+    (project / "pyproject.toml").write_text("[tool.torchlint]\n")
+    assert "TL802" not in run_torchlint("--no-cache", "--select", "TL802", "train.py", cwd=project).stdout.decode()
+    (project / "pyproject.toml").write_text('[tool.torchlint]\nsrc = ["lib"]\n')
+    out = run_torchlint("--no-cache", "--select", "TL802", "train.py", cwd=project).stdout.decode()
+    assert "train.py:11:5: TL802" in out and "helpers.py:2" in out
+
+
 def test_gitignore_and_exclude_respected_but_explicit_files_checked(project):
     (project / ".git").mkdir()
     (project / ".gitignore").write_text("generated/\n")

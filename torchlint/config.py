@@ -34,7 +34,7 @@ DEFAULT_EXCLUDE = (
     ".nox", ".pants.d", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", ".torchlint_cache",
     "__pypackages__", "_build", "buck-out", "dist", "node_modules", "site-packages", "venv",
 )
-LIST_KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude")
+LIST_KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "src")
 
 
 class ConfigError(Exception):
@@ -94,6 +94,9 @@ class Settings:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
     respect_gitignore: bool = True
+    # Folders (relative to ``root``) where the project's own packages live besides the root, as
+    # Ruff's ``src``: imports of modules found there are followed into their summaries.
+    src: tuple[str, ...] = ("src",)
     rule_options: dict = field(default_factory=dict, hash=False, compare=False)
     config_path: Path | None = None
     root: Path = field(default_factory=Path.cwd)
@@ -126,7 +129,7 @@ class Settings:
         state = {
             "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
             "lightning": self.target_lightning, "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
-            "options": self.rule_options, "rules": [r.code for r in all_rules()],
+            "options": self.rule_options, "rules": [r.code for r in all_rules()], "src": self.src,
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -339,6 +342,7 @@ def resolve_settings(
         exclude=tuple(lists.get("exclude", DEFAULT_EXCLUDE)) + tuple(lists.get("extend-exclude", [])),
         per_file_ignores=per_file_ignores,
         respect_gitignore=table.get("respect-gitignore", True),
+        src=tuple(lists.get("src", ("src",))),
         rule_options=_rule_options(table, where),
         config_path=config_path,
         root=root,
