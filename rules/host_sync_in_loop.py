@@ -179,7 +179,7 @@ class HostSyncInLoop(Rule):
                 and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.Integer)):
             return
         step = self._step()
-        if step is None or not self._holds_tensor(value, self._tensors(step[0])) \
+        if step is None or not _holds_tensor(value, self._tensors(step[0])) \
                 or not self._every_step(node, step[0], explicit=False):
             return
         self._report_once(node, f"`{self.ctx.code_for(node)}` reads a number from the tensor (as `.item()` does), "
@@ -231,15 +231,15 @@ class HostSyncInLoop(Rule):
             return None
         callee = self.ctx.qualified_name(node.func) or dotted_name(node.func)
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.ctx.qualified_name(node.func) is None:
-            if any(self._reads_tensor(arg.value, tensors) for arg in node.args):
+            if any(_reads_tensor(arg.value, tensors) for arg in node.args):
                 return self.ctx.code_for(node), "print it"
-        elif callee in CONVERSIONS and len(node.args) == 1 and self._holds_tensor(node.args[0].value, tensors):
+        elif callee in CONVERSIONS and len(node.args) == 1 and _holds_tensor(node.args[0].value, tensors):
             return self.ctx.code_for(node), f"keep `{self.ctx.code_for(node.args[0].value)}` on the device and read it"
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_LOGGERS \
-                and any(self._holds_tensor(arg.value, tensors) for arg in node.args[1:2]):
+                and any(_holds_tensor(arg.value, tensors) for arg in node.args[1:2]):
             return self.ctx.code_for(node), "log the values"
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "format" \
-                and any(self._holds_tensor(arg.value, tensors) for arg in node.args):
+                and any(_holds_tensor(arg.value, tensors) for arg in node.args):
             return self.ctx.code_for(node), "format the values"
         elif self.ctx.qualified_name(node.func) in ("torch.cuda.synchronize", "torch.cuda.current_stream.synchronize"):
             return self.ctx.code_for(node), "drop it (measure time with CUDA events), or synchronize"
@@ -251,27 +251,6 @@ class HostSyncInLoop(Rule):
         return any(isinstance(parent, (cst.If, cst.While)) and child is parent.test
                    or isinstance(parent, cst.Assert) and child is parent.test
                    for parent, child in zip(chain, chain[1:]))
-
-    def _holds_tensor(self, expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
-        """The expression is (a view of) a tensor the step backpropagates, not a number read from
-        one: ``loss``, ``loss.data``, ``loss.mean()``; not ``loss.item()`` or ``len(loss)``."""
-        while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
-            if isinstance(expr, cst.Call):
-                if not isinstance(expr.func, cst.Attribute) or expr.func.attr.value in SYNC_METHODS:
-                    return False
-                expr = expr.func.value
-            elif isinstance(expr, cst.Attribute):
-                expr = expr.value
-            else:
-                expr = expr.value
-        return isinstance(expr, cst.Name) and expr.value in tensors
-
-    def _reads_tensor(self, expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
-        """Printing or formatting reads a tensor: the tensor itself, or one in an f-string."""
-        if isinstance(expr, cst.FormattedString):
-            return any(isinstance(part, cst.FormattedStringExpression) and self._holds_tensor(part.expression, tensors)
-                       for part in expr.parts)
-        return self._holds_tensor(expr, tensors)
 
     def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
         """The value goes to an environment stepped in the loop (``envs.step(action.cpu().numpy())``,
@@ -323,23 +302,10 @@ class HostSyncInLoop(Rule):
                 return True
             if operand.kind != PARAMETER or operand.index is None:
                 continue
-            for argument in self._arguments_for(operand.index, resolved, positional, keywords, node):
-                if self._holds_tensor(argument, tensors) or sync.how == "method" and self._may_be_tensor(argument):
+            for argument in _arguments_for(operand.index, resolved, positional, keywords, node):
+                if _holds_tensor(argument, tensors) or sync.how == "method" and self._may_be_tensor(argument):
                     return True
         return False
-
-    def _arguments_for(self, index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:
-        """What the call passes to parameter ``index``: one argument, or for ``**kwargs`` every
-        keyword argument it does not name and every ``**`` splat."""
-        function = resolved.function
-        if index == function.double_star:
-            named = set(function.parameters)
-            return [a.value for a in node.args if a.star == "**" or a.keyword is not None
-                    and a.keyword.value not in named]
-        slot = resolved.argument_for(index, len(positional), keywords)
-        if isinstance(slot, int) and 0 <= slot < len(positional):
-            return [positional[slot].value]
-        return [a.value for a in node.args if a.keyword is not None and a.keyword.value == slot]
 
     def _may_be_tensor(self, expr: cst.BaseExpression, depth: int = 2) -> bool:
         """Might the value be a tensor? Not a literal, a number read from one (``.item()``,
@@ -410,6 +376,43 @@ class HostSyncInLoop(Rule):
         for later in body[index + 1:]:
             visit(later, tests)
         return bool(targets & tests.names)
+
+
+def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
+    """The expression is (a view of) a tensor the step backpropagates, not a number read from
+    one: ``loss``, ``loss.data``, ``loss.mean()``; not ``loss.item()`` or ``len(loss)``."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+        if isinstance(expr, cst.Call):
+            if not isinstance(expr.func, cst.Attribute) or expr.func.attr.value in SYNC_METHODS:
+                return False
+            expr = expr.func.value
+        elif isinstance(expr, cst.Attribute):
+            expr = expr.value
+        else:
+            expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value in tensors
+
+
+def _reads_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
+    """Printing or formatting reads a tensor: the tensor itself, or one in an f-string."""
+    if isinstance(expr, cst.FormattedString):
+        return any(isinstance(part, cst.FormattedStringExpression) and _holds_tensor(part.expression, tensors)
+                   for part in expr.parts)
+    return _holds_tensor(expr, tensors)
+
+
+def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:
+    """What the call passes to parameter ``index``: one argument, or for ``**kwargs`` every
+    keyword argument it does not name and every ``**`` splat."""
+    function = resolved.function
+    if index == function.double_star:
+        named = set(function.parameters)
+        return [a.value for a in node.args if a.star == "**" or a.keyword is not None
+                and a.keyword.value not in named]
+    slot = resolved.argument_for(index, len(positional), keywords)
+    if isinstance(slot, int) and 0 <= slot < len(positional):
+        return [positional[slot].value]
+    return [a.value for a in node.args if a.keyword is not None and a.keyword.value == slot]
 
 
 def _inside_loop(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.CSTNode) -> bool:

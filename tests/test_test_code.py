@@ -22,6 +22,7 @@ def {name}(model, loader, optimizer):
         loss = model(x.to(device), y.to(device))
         loss.backward()
         optimizer.step()
+        optimizer.zero_grad()
         losses.append(loss)
         torch.cuda.empty_cache()
     w = torch.randn(3, requires_grad=True).cuda()

@@ -364,15 +364,18 @@ def test_planted_unsafe_fix_whose_run_matches_passes_for_few_steps(monkeypatch, 
 
 
 def test_dataparallel_that_learns_slowly_is_judged_against_the_original(tmp_path):
-    """Issue 13: over 30 steps this classifier's loss falls less than 10%; the fixed run's losses
-    equal the original's, so the fixes must pass (an absolute 10% drop once failed them)."""
+    """Issue 13: over 30 steps this classifier's loss falls less than 10%; the fixed run learns as
+    the original does, so the fixes must pass (an absolute 10% drop once failed them). The fixed
+    run reads the data in another order (TL502's DistributedSampler shuffles with its own seed),
+    so its losses are close to the original's, not equal."""
     text = (TRAINING / "dataparallel.py").read_text(encoding="utf-8")
     script = write_script(tmp_path, text.replace("lr=0.05", "lr=0.0007"))
     exit_code, stdout, _ = run_cli("--format", "json", "--steps", "30", "--unsafe-fixes", "--nproc", "2", str(script))
     report = json.loads(stdout)
     original, fixed = report["runs"]["original"]["losses"], report["runs"]["fixed"]["losses"]
     assert (sum(original[:3]) - sum(original[-3:])) / sum(original[:3]) < 0.10  # the case of the issue
-    assert fixed == original
+    assert len(fixed) == len(original) and fixed != original
+    assert abs(sum(fixed[-10:]) - sum(original[-10:])) / sum(original[-10:]) < 0.05
     assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
     assert report["runs"]["fixed_torchrun"]["world_size"] == 2
     assert report["loss_noise"]["seed_spread"] is not None

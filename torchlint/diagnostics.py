@@ -129,3 +129,16 @@ def apply_edits(text: str, edits: list[Edit]) -> str:
         last = edit.end
     out.append(text[last:])
     return "".join(out)
+
+
+@dataclass
+class FileResult:
+    """What checking one file gave: its findings, the fixes taken, or why it could not be read."""
+
+    path: str  # as shown to the user
+    source: str  # the text the diagnostics' positions refer to (the fixed text after --fix)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    fixed: list[Diagnostic] = field(default_factory=list)
+    diff: str = ""
+    error: str | None = None  # could not be read or written: exit 2
+    cells: list[str] | None = None  # a notebook's cell texts: what diagnostics with a `cell` refer to

@@ -28,7 +28,7 @@ import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
-from torchlint.diagnostics import Diagnostic, Edit, Fix, SourceText
+from torchlint.diagnostics import Diagnostic, Edit, FileResult, Fix, SourceText
 from torchlint.engine import FixError, FixResult, fix_source, lint_source, syntax_error
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -446,8 +446,6 @@ def _cell_diff(path: str, index: int, before: str, after: str) -> str:
 def check_notebook_text(text: str, path: str, settings, options, raw: bytes | None = None):
     """Lint (and fix, per options) one notebook's JSON text; a FileResult whose ``source`` is the
     (fixed) JSON text and ``cells`` the text of each cell."""
-    from torchlint.runner import FileResult
-
     try:
         notebook = parse_notebook(text)
     except NotebookError as error:

@@ -12,25 +12,14 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchlint.diagnostics import Diagnostic, Edit, Fix, Related, Severity
+from torchlint.diagnostics import Diagnostic, Edit, FileResult, Fix, Related, Severity
 from torchlint.engine import FixError, fix_source, lint_source, syntax_error
 from torchlint.fileio import (SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, signals_held,
                               write_source)
 from torchlint.notebook import check_notebook_text, is_notebook
-
-
-@dataclass
-class FileResult:
-    path: str  # as shown to the user
-    source: str  # the text the diagnostics' positions refer to (the fixed text after --fix)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    fixed: list[Diagnostic] = field(default_factory=list)
-    diff: str = ""
-    error: str | None = None  # could not be read or written: exit 2
-    cells: list[str] | None = None  # a notebook's cell texts: what diagnostics with a `cell` refer to
 
 
 def display_path(path: Path) -> str:
