@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import Losses, ast_mentions
+from torchlint.analysis.losses import ast_mentions
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 
@@ -81,7 +81,7 @@ class BceLogitsMismatch(Rule):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.losses = Losses(ctx.module, ctx.bindings)
+        self.losses = ctx.losses
 
     def visit_Call(self, node: cst.Call) -> None:
         given = self.losses.given(node, self.ctx.ancestors)

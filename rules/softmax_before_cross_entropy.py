@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import Activation, Losses, ast_mentions
+from torchlint.analysis.losses import Activation, ast_mentions
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 
@@ -91,7 +91,7 @@ class SoftmaxBeforeCrossEntropy(Rule):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.losses = Losses(ctx.module, ctx.bindings)
+        self.losses = ctx.losses
 
     def visit_Call(self, node: cst.Call) -> None:
         given = self.losses.given(node, self.ctx.ancestors)

@@ -19,6 +19,7 @@ from torchlint.analysis.compat import Compatibility
 from torchlint.analysis.devices import Devices
 from torchlint.analysis.frameworks import Lightning
 from torchlint.analysis.loops import Loops
+from torchlint.analysis.losses import Losses
 from torchlint.analysis.modules import Modules
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.programs import Programs
@@ -76,6 +77,10 @@ class RuleContext:
     @cached_property
     def modules(self) -> Modules:
         return Modules(self.module, self.bindings)
+
+    @cached_property
+    def losses(self) -> Losses:
+        return Losses(self.module, self.bindings)
 
     @cached_property
     def lightning(self) -> Lightning:

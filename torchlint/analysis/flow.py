@@ -55,6 +55,36 @@ def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
     return found[0] if found else None
 
 
+class Ancestry:
+    """The parent of every node under ``root``, from one walk: the path down to any node in the
+    time of its depth, where ``path_to`` walks the tree again for each node."""
+
+    def __init__(self, root: cst.CSTNode):
+        self.root = root
+        self._parent: dict[int, cst.CSTNode] = {}
+        stack: list[cst.CSTNode] = []
+
+        def on_visit(node: cst.CSTNode) -> None:
+            if stack:
+                self._parent[id(node)] = stack[-1]
+            stack.append(node)
+
+        walk(root, on_visit, lambda node: stack.pop())
+
+    def path(self, target: cst.CSTNode, start: cst.CSTNode | None = None) -> list[cst.CSTNode] | None:
+        """``path_to(start, target)``: the nodes from ``start`` (the root by default) down to
+        ``target``, or None when ``target`` is not inside ``start``."""
+        start = self.root if start is None else start
+        path = [target]
+        while path[-1] is not start:
+            parent = self._parent.get(id(path[-1]))
+            if parent is None:
+                return None
+            path.append(parent)
+        path.reverse()
+        return path
+
+
 def target_binds(target: cst.BaseExpression, name: str, element: int | None = None) -> tuple[bool, int | None] | None:
     """Does an assignment target bind ``name``: (True, element index or None), else None. Nested
     or starred unpacking binds it to no single element: (True, -1)."""

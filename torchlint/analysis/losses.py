@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.flow import Assigned, path_to, reaching_assignments
+from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import dotted_name, find_argument, positional_args, returns_of
 
@@ -114,6 +114,13 @@ class Losses:
     def __init__(self, module: cst.Module, bindings: Bindings):
         self.module = module
         self.bindings = bindings
+        self._ancestry: Ancestry | None = None
+
+    def _path(self, node: cst.CSTNode, start: cst.CSTNode | None = None) -> list[cst.CSTNode] | None:
+        """The nodes from ``start`` (the module) down to ``node``."""
+        if self._ancestry is None:
+            self._ancestry = Ancestry(self.module)
+        return self._ancestry.path(node, start)
 
     # which loss ------------------------------------------------------------------------------------
     def kind(self, call: cst.Call) -> str | None:
@@ -316,7 +323,7 @@ class Losses:
         if not returns or any(r.value is None for r in returns):
             return None
         first = _one_kind([self._activation(ret.value, chain, depth, element) if chain is not None else None
-                           for ret, chain in ((ret, path_to(self.module, ret)) for ret in returns)])
+                           for ret, chain in ((ret, self._path(ret)) for ret in returns)])
         return Activation(first.kind, first.node, None) if first is not None else None
 
     def _chain_to(self, chain: list[cst.CSTNode], node: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -324,7 +331,7 @@ class Losses:
         ``chain`` (or the module)."""
         for i in range(len(chain) - 1, -1, -1):
             if isinstance(chain[i], (cst.FunctionDef, cst.Module)):
-                path = path_to(chain[i], node)
+                path = self._path(node, chain[i])
                 return chain[:i] + path if path is not None else None
         return None
 
