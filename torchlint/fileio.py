@@ -82,6 +82,31 @@ def read_source(path: Path) -> SourceFile:
     return SourceFile(path, raw, text, encoding, bom)
 
 
+def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``; None for anything
+    else (missing, unreadable, a FIFO or a device, which a plain read would wait on for good)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        return None  # it grew past the bound while being read
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def write_source(original: SourceFile, text: str) -> None:
     """Replace the file's content with ``text`` in its original encoding and BOM, keeping its mode,
     owner and group and its hard links, unless someone else changed it since we read it."""

@@ -7,7 +7,10 @@ title), "Disable CODE for this line" (adds or extends a ``# noqa`` comment), and
 workspace's own torchlint configuration for the document's path, overridden by the client's
 (``initializationOptions`` and ``workspace/didChangeConfiguration``): ``select``, ``ignore``,
 ``unsafeFixes``, ``targetTorch``. A buffer that does not parse gives TL000, and the server keeps
-answering.
+answering: linting and code actions run in a thread of their own, off the message loop, and
+findings for a text that changed meanwhile are dropped for the newer text's. Messages are read by
+torchlint/lsp_io.py, which answers a bad frame with a JSON-RPC error and goes on; a file the client
+has not opened is read only when it is a regular file of bounded size.
 
 Jupyter notebooks (LSP 3.17 notebook documents, as VS Code sends them): the code cells are linted
 together as one module, as ``torchlint`` lints an ``.ipynb`` file (torchlint/notebook.py), and
@@ -22,8 +25,10 @@ import asyncio
 import io
 import logging
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 from lsprotocol import types
 from lsprotocol.converters import get_converter
@@ -35,6 +40,8 @@ from torchlint import __version__
 from torchlint.config import ConfigError, Settings, resolve_settings
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
+from torchlint.fileio import SourceDecodeError, decode_source, read_regular_file
+from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
 from torchlint.suppression import NOQA
@@ -115,6 +122,12 @@ class TorchlintProtocol(LanguageServerProtocol):
 
 
 class TorchlintServer(LanguageServer):
+    def start_io(self, stdin=None, stdout=None) -> None:
+        """Serve over stdio with a reader that no bad message can stop (torchlint/lsp_io.py)."""
+        import sys
+
+        serve_stdio(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
+
     def __init__(self):
         # Full sync: the client sends the whole text, so lines are split the way Python (and the
         # diagnostics) split them, not the way an incremental update would.
@@ -124,6 +137,8 @@ class TorchlintServer(LanguageServer):
         self.linted: dict[str, LintedDocument] = {}
         self.linted_notebooks: dict[str, LintedNotebook] = {}
         self.pending: dict[str, asyncio.Task] = {}
+        # Linting runs here, one document at a time, never on the message loop.
+        self.lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchlint-lint")
         self.reported_errors: set[str] = set()
 
     # --- settings ---------------------------------------------------------------------------
@@ -170,11 +185,14 @@ class TorchlintServer(LanguageServer):
         document = self.workspace.get_text_document(uri)
         if not _is_python(document):
             return None
+        text = document.source if self.is_open(uri) else _closed_file_text(uri, document)
+        if text is None:
+            return None
         cached = self.linted.get(uri)
-        if cached is not None and cached.version == document.version and cached.text == document.source:
+        if cached is not None and cached.version == document.version and cached.text == text:
             return cached
         path = document.path if uri.startswith("file:") else str(Path.cwd() / (document.filename or "untitled.py"))
-        linted = LintedDocument(uri, document.version, document.source, path, self.settings_for(path))
+        linted = LintedDocument(uri, document.version, text, path, self.settings_for(path))
         if linted.settings is not None:
             linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings))
             text = SourceText(linted.text)
@@ -225,13 +243,29 @@ class TorchlintServer(LanguageServer):
             self.report_once(f"torchlint: internal error while linting {path}: {error!r}. Please report it.")
             return []
 
-    def publish(self, uri: str) -> None:
-        """Publish a document's findings, or those of every cell of a notebook (an empty list for
-        a cell with none, so that what it showed before goes)."""
+    def linted_documents(self, uri: str) -> list[LintedDocument | None]:
+        """A document's findings, or those of every cell of a notebook."""
         notebook = self.lint_notebook(uri)
-        documents = notebook.cells if notebook is not None else [self.lint(uri)]
-        for linted in documents:
-            if linted is not None:
+        return notebook.cells if notebook is not None else [self.lint(uri)]
+
+    def is_open(self, uri: str) -> bool:
+        return unquote(uri) in self.workspace.text_documents  # pygls keys its documents so
+
+    def current(self, linted: LintedDocument) -> bool:
+        """Is this still the open document's text (no newer edit, not closed)?"""
+        document = self.workspace.text_documents.get(unquote(linted.uri))
+        return document is not None and document.version == linted.version and document.source == linted.text
+
+    async def off_the_loop(self, work, *args):
+        """Run ``work`` in the lint thread: the message loop goes on answering meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.lint_thread, work, *args)
+
+    async def publish(self, uri: str) -> None:
+        """Publish a document's findings, or those of every cell of a notebook (an empty list for
+        a cell with none, so that what it showed before goes). Linting runs off the message loop;
+        findings for a text that has changed meanwhile are dropped (the newer text's lint follows)."""
+        for linted in await self.off_the_loop(self.linted_documents, uri):
+            if linted is not None and self.current(linted):
                 self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
                     uri=linted.uri, version=linted.version,
                     diagnostics=[_converter.structure(d, types.Diagnostic) for d in linted.lsp]))
@@ -257,14 +291,13 @@ class TorchlintServer(LanguageServer):
 
         async def later() -> None:
             await asyncio.sleep(delay)
-            self.pending.pop(uri, None)
-            self.publish(uri)
+            await self.publish(uri)
 
         self.pending[uri] = asyncio.ensure_future(later())
 
     def publish_now(self, uri: str) -> None:
         self.cancel_pending(uri)
-        self.publish(uri)
+        self.pending[uri] = asyncio.ensure_future(self.publish(uri))
 
     # --- code actions -----------------------------------------------------------------------
 
@@ -359,6 +392,18 @@ def _excluded(settings: Settings, path: Path) -> bool:
         if settings.is_excluded(candidate):
             return True
     return False
+
+
+def _closed_file_text(uri: str, document) -> str | None:
+    """The text of a file the client has not opened (a code action may name one): read only when it
+    is a regular file of a bounded size, so that no path (a FIFO, a device) can block the server."""
+    if not uri.startswith("file:"):
+        return None
+    raw = read_regular_file(document.path, MAX_MESSAGE_BYTES)
+    try:
+        return decode_source(raw)[0] if raw is not None else None
+    except SourceDecodeError:
+        return None
 
 
 def _is_python(document) -> bool:
@@ -516,8 +561,8 @@ def create_server() -> TorchlintServer:
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
         code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]))
-    def code_action(ls: TorchlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return ls.code_actions(params)
+    async def code_action(ls: TorchlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return await ls.off_the_loop(ls.code_actions, params)
 
     return server
 
