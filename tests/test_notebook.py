@@ -115,6 +115,22 @@ def test_fix_keeps_a_foreign_json_style(project):
         "torch.ones(2).cuda()", 'torch.ones(2, device=\\"cuda\\")')
 
 
+@pytest.mark.parametrize("style", ["crlf", "compact"])
+def test_fix_keeps_crlf_lines_and_compact_separators_byte_for_byte(project, style):
+    """Issue 17: a CRLF notebook's edited cell came back with LF lines, and a compact-JSON notebook's
+    edited `source` with `", "` separators."""
+    nb = notebook(IMPORTS, LOOP, MODEL)
+    original = (nbformat.writes(nb).replace("\n", "\r\n") if style == "crlf"
+                else json.dumps(json.loads(nbformat.writes(nb)), separators=(",", ":"), ensure_ascii=False))
+    path = project / "train.ipynb"
+    path.write_bytes(original.encode("utf-8"))
+    run_torchlint("--fix", "train.ipynb", cwd=project)
+    expected = original.replace('"    losses.append(loss)"', '"    losses.append(loss.detach())"').replace(
+        '"x = torch.zeros(3).cuda()  # é 😀"', '"x = torch.zeros(3, device=\\"cuda\\")  # é 😀"')
+    assert expected != original
+    assert path.read_bytes().decode("utf-8") == expected
+
+
 def test_unsafe_fix_across_cells_writes_a_valid_notebook(project):
     path = project / "dp.ipynb"
     training = "model = nn.DataParallel(nn.Linear(2, 2))\nfor x in batches:\n    model(x).sum().backward()"

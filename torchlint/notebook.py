@@ -398,6 +398,10 @@ def _unmask(fixed: str, cell: CodeCell) -> str | None:
     return None if pending else "".join(out)
 
 
+# between two strings of a list: `", "` (Jupyter's style) or `","` (compact JSON)
+SEPARATOR = re.compile(r'(?<!\\)"(,[ \t]*)"')
+
+
 def _dump_source(text: str, notebook: Notebook, span: tuple[int, int]) -> str:
     """``text`` as a `source` value in the style of the one it replaces."""
     original = notebook.text[span[0]:span[1]]
@@ -407,8 +411,10 @@ def _dump_source(text: str, notebook: Notebook, span: tuple[int, int]) -> str:
     lines = text.splitlines(keepends=True)
     if not lines:
         return "[]"
-    if original != "[]" and "\n" not in original:  # a one-line list stays one line
-        return "[" + ", ".join(dump(line) for line in lines) + "]"
+    if original != "[]" and "\n" not in original:  # a one-line list stays one line, its separators too
+        separator = SEPARATOR.search(original) or SEPARATOR.search(notebook.text)
+        return "[" + (separator.group(1) if separator else ", ").join(dump(line) for line in lines) + "]"
+    newline = "\r\n" if "\r\n" in (original if "\n" in original else notebook.text) else "\n"
     line_start = notebook.text.rfind("\n", 0, span[0]) + 1
     key_indent = notebook.text[line_start:span[0]]
     key_indent = key_indent[:len(key_indent) - len(key_indent.lstrip())]
@@ -418,7 +424,7 @@ def _dump_source(text: str, notebook: Notebook, span: tuple[int, int]) -> str:
         first = _skip(original, 1)
         item_indent = original[original.rfind("\n", 0, first) + 1:first]
         closing = original[original.rfind("\n") + 1:-1]
-    return "[\n" + ",\n".join(item_indent + dump(line) for line in lines) + "\n" + closing + "]"
+    return f"[{newline}" + f",{newline}".join(item_indent + dump(line) for line in lines) + newline + closing + "]"
 
 
 def rewrite(notebook: Notebook, new_sources: dict[int, str]) -> str:
