@@ -85,6 +85,9 @@ def resolve_selectors(selectors: list[str], where: str) -> set[str]:
     return codes
 
 
+DEFAULT_MAX_FILE_SIZE = 1 << 20  # 1 MiB: `max-file-size`
+
+
 @dataclass(frozen=True)
 class Settings:
     selected: frozenset[str]
@@ -97,6 +100,9 @@ class Settings:
     # Folders (relative to ``root``) where the project's own packages live besides the root, as
     # Ruff's ``src``: imports of modules found there are followed into their summaries.
     src: tuple[str, ...] = ("src",)
+    # Files larger than this (bytes) get only Python's syntax check and a TL000 that says so: the
+    # analysis costs about 10-20 s per MB on one core, and machine-made files of many MB exist.
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
     rule_options: dict = field(default_factory=dict, hash=False, compare=False)
     config_path: Path | None = None
     root: Path = field(default_factory=Path.cwd)
@@ -130,6 +136,7 @@ class Settings:
             "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
             "lightning": self.target_lightning, "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
             "options": self.rule_options, "rules": [r.code for r in all_rules()], "src": self.src,
+            "max_file_size": self.max_file_size,
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -273,7 +280,20 @@ def _rule_options(table: dict, where: str) -> dict:
 
 
 KNOWN_KEYS = set(LIST_KEYS) | {"per-file-ignores", "target-torch", "target-lightning", "unsafe-fixes",
-                               "respect-gitignore"}
+                               "respect-gitignore", "max-file-size"}
+_SIZE = re.compile(r"\s*(\d+)\s*(KB|MB|KiB|MiB|B)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "b": 1, "kb": 1 << 10, "kib": 1 << 10, "mb": 1 << 20, "mib": 1 << 20}
+
+
+def _file_size(value, where: str) -> int:
+    """``max-file-size``: a number of bytes, or a string such as "2MB" or "512KB" (units of 1,024)."""
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if match is not None and int(match.group(1)) > 0:
+        return int(match.group(1)) * _SIZE_UNITS[match.group(2) and match.group(2).lower()]
+    raise ConfigError(f"{where}: `max-file-size` must be a positive number of bytes or a size such as \"2MB\" "
+                      f"or \"512KB\", got {_shown(value)}")
 
 
 def resolve_settings(
@@ -343,6 +363,7 @@ def resolve_settings(
         per_file_ignores=per_file_ignores,
         respect_gitignore=table.get("respect-gitignore", True),
         src=tuple(lists.get("src", ("src",))),
+        max_file_size=_file_size(table["max-file-size"], where) if "max-file-size" in table else DEFAULT_MAX_FILE_SIZE,
         rule_options=_rule_options(table, where),
         config_path=config_path,
         root=root,

@@ -154,6 +154,25 @@ _NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
 _CANNOT_ANALYZE = "torchlint cannot analyze this file"
 
 
+def _too_large(source: str, path: str, limit: int | None) -> list[Diagnostic] | None:
+    """Past ``max-file-size``, Python's syntax check and a TL000 that says why nothing else ran."""
+    if not limit or len(source) <= limit // 4 or len(source.encode("utf-8", "surrogatepass")) <= limit:
+        return None
+    size = len(source.encode("utf-8", "surrogatepass"))
+    try:  # CPython's compiler only (not its Python-level tree, nor LibCST: seconds per MB)
+        _python_compile(source, 0)
+    except SyntaxError:
+        error = _python_syntax_error(source)  # the parser's error, not the compiler's (`return` outside a function)
+        if error is not None and error.lineno:
+            return [_cpython_error(path, error)]
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return [syntax_error(
+        path, f"{_CANNOT_ANALYZE}: it is {size / (1 << 20):.1f} MiB, over the `max-file-size` of "
+              f"{limit / (1 << 20):.1f} MiB; only its syntax was checked (raise `max-file-size` to lint it, or "
+              "exclude the file)")]
+
+
 def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic | None]:
     """CPython's tree of the file (None when CPython cannot read it: a syntax error, or a grammar
     newer than this Python), or TL000 for a file LibCST must not be given as CPython refuses its
@@ -259,6 +278,9 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
                                                                                              settings)]
     if not candidates:
         return _syntax_check(source, path)
+    too_large = _too_large(source, path, getattr(settings, "max_file_size", None))
+    if too_large is not None:
+        return too_large
     tree, refused = _python_tree(source, path)
     if refused is not None:
         return [refused]

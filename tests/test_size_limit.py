@@ -1,0 +1,46 @@
+"""Issue 16: past `max-file-size` a file gets Python's syntax check and a TL000 that says why
+nothing else ran, never minutes of analysis."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchlint.config import DEFAULT_MAX_FILE_SIZE, ConfigError, resolve_settings
+from torchlint.engine import lint_source
+
+SCRIPT = "import torch\n\nfor step in range(10):\n    x = torch.zeros(3).cuda()\n"
+
+
+def settings_with(tmp_path, value):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.torchlint]\nmax-file-size = {value}\n", encoding="utf-8")
+    return resolve_settings(tmp_path / "train.py")
+
+
+def test_a_file_over_the_limit_gets_one_tl000_naming_the_setting(tmp_path):
+    settings = settings_with(tmp_path, 100)
+    source = SCRIPT + "# padding\n" * 20
+    [only] = lint_source(source, str(tmp_path / "train.py"), settings)
+    assert only.code == "TL000" and "over the `max-file-size`" in only.message
+    assert [d.code for d in lint_source(SCRIPT, str(tmp_path / "train.py"), settings_with(tmp_path, 1000))] == ["TL201"]
+
+
+def test_a_file_over_the_limit_still_gets_its_syntax_error(tmp_path):
+    [only] = lint_source(SCRIPT + "x = (\n" + "# padding\n" * 20, str(tmp_path / "train.py"), settings_with(tmp_path, 100))
+    assert only.code == "TL000" and "never closed" in only.message and only.line == 4
+
+
+@pytest.mark.parametrize("value, size", [('"2MB"', 2 << 20), ('"512 KB"', 512 << 10), ("4096", 4096)])
+def test_sizes_are_bytes_or_kb_and_mb(tmp_path, value, size):
+    assert settings_with(tmp_path, value).max_file_size == size
+
+
+@pytest.mark.parametrize("value", ['"big"', "0", "-5", "true", '"2GB"'])
+def test_a_bad_size_names_the_file_and_the_accepted_forms(tmp_path, value):
+    with pytest.raises(ConfigError, match=r"pyproject.toml: `max-file-size` must be a positive number"):
+        settings_with(tmp_path, value)
+
+
+def test_the_default_is_one_mebibyte_and_in_the_cache_fingerprint(tmp_path):
+    default = resolve_settings(tmp_path, isolated=True)
+    assert default.max_file_size == DEFAULT_MAX_FILE_SIZE == 1 << 20
+    assert settings_with(tmp_path, "4096").fingerprint != settings_with(tmp_path, "8192").fingerprint
