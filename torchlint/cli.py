@@ -161,6 +161,7 @@ class Report:
 @click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
 @click.option("--target-torch", help="The torch version the code runs on, e.g. 2.1.")
 @click.option("--target-lightning", help="The Lightning version the code runs on, e.g. 2.2.")
+@click.option("--target-gpu", help="The GPU the code runs on: sm_80, 8.0 or a name (a100, h100, t4, l4...).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False), help="Where the cache lives.")
 @click.option("--stdin-filename", help="The name of the file read from stdin (path `-`).")
@@ -169,7 +170,7 @@ class Report:
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
               help="Processes to lint with (default 0: one per core for large trees).")
 def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_select, output_format, output_file,
-          color, statistics, exit_zero, watch, config, isolated, target_torch, target_lightning, no_cache, cache_dir,
+          color, statistics, exit_zero, watch, config, isolated, target_torch, target_lightning, target_gpu, no_cache, cache_dir,
           stdin_filename, force_exclude, quiet, jobs) -> None:
     """Lint PATHS (default: the current directory)."""
     from torchlint.config import ConfigError, resolve_settings
@@ -191,7 +192,8 @@ def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_sel
         return resolve_settings(
             anchor, config=config, select=_split(select),
             ignore=_split(ignore), extend_select=_split(extend_select), unsafe_fixes=unsafe_fixes,
-            target_torch=target_torch, target_lightning=target_lightning, isolated=isolated)
+            target_torch=target_torch, target_lightning=target_lightning, target_gpu=target_gpu,
+            isolated=isolated)
 
     try:
         settings = resolve()

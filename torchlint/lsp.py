@@ -42,7 +42,7 @@ from torchlint.suppression import NOQA
 FIX_ALL_KIND = "source.fixAll.torchlint"
 DEBOUNCE_SECONDS = 0.3
 PYTHON_SUFFIXES = (".py", ".pyi")
-CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch")
+CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch", "targetGpu")
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[types.NotebookDocumentFilterWithNotebook(
         notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
@@ -145,7 +145,8 @@ class TorchlintServer(LanguageServer):
                 Path(path), select=_selectors(client.get("select"), "select"),
                 ignore=_selectors(client.get("ignore"), "ignore"),
                 unsafe_fixes=_flag(client.get("unsafeFixes")),
-                target_torch=None if client.get("targetTorch") in (None, "") else str(client["targetTorch"]))
+                target_torch=None if client.get("targetTorch") in (None, "") else str(client["targetTorch"]),
+                target_gpu=None if client.get("targetGpu") in (None, "") else str(client["targetGpu"]))
         except ConfigError as error:
             self.report_once(f"torchlint: {error}")
             return None
