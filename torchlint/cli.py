@@ -200,6 +200,7 @@ def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_sel
     except ConfigError as error:
         _error(str(error))
         sys.exit(EXIT_ERROR)
+    _warn_about_plugins()
     report = Report(output_format=output_format, statistics=statistics, quiet=quiet, show_fixes=show_fixes,
                     color=color, output_file=output_file)
 
@@ -230,6 +231,14 @@ def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_sel
             traceback.print_exc()
         sys.exit(EXIT_ERROR)
     sys.exit(code)
+
+
+def _warn_about_plugins() -> None:
+    """A plugin that cannot be used is skipped, not fatal: say so, and lint with the other rules."""
+    from torchlint.rule import plugin_problems
+
+    for problem in plugin_problems():
+        _warning(problem)
 
 
 def _check_paths(paths, settings, run: Run, report: Report) -> int:
@@ -323,29 +332,35 @@ def language_server() -> None:
 @click.option("--all", "show_all", is_flag=True, help="(kept for symmetry) every rule is always listed")
 def list_rules(output_format, show_all) -> None:
     """List every rule: code, name, kind, fix, summary; a rule that is off by default says so
-    (`--extend-select CODE` turns it on)."""
-    from torchlint.rule import all_rules
+    (`--extend-select CODE` turns it on), and a plugin's rule names the package it comes from
+    (`origin` in the JSON: "torchlint" or the plugin's distribution and version)."""
+    from torchlint.plugins import BUILTIN
+    from torchlint.rule import all_rules, rule_origin
 
+    _warn_about_plugins()
     rules = all_rules()
     if output_format == "json":
         click.echo(json.dumps([{
             "code": r.code, "name": r.name, "kind": r.kind, "fix": r.fix_applicability,
             "severity": int(r.severity), "default_enabled": r.default_enabled,
-            "torch_versions": r.torch_versions or None, "summary": r.summary} for r in rules], indent=2))
+            "torch_versions": r.torch_versions or None, "summary": r.summary, "origin": rule_origin(r)}
+            for r in rules], indent=2))
         return
     width = max(len(r.name) for r in rules)
     for r in rules:
         fix = {"safe": "fix", "unsafe": "fix (unsafe)", "none": ""}[r.fix_applicability]
         default = "" if r.default_enabled else " (off by default)"
-        click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}{default}")
+        origin = "" if rule_origin(r) == BUILTIN else f" [from {rule_origin(r)}]"
+        click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}{default}{origin}")
 
 
 @main.command("rule")
 @click.argument("selector")
 def show_rule(selector) -> None:
     """Print a rule's documentation (by code or name)."""
-    from torchlint.rule import rule_by_selector
+    from torchlint.rule import rule_by_selector, rule_plugin
 
+    _warn_about_plugins()
     rule = rule_by_selector(selector)
     if rule is None:
         _error(f"no rule named `{selector}` (see `torchlint rules`)")
@@ -354,5 +369,7 @@ def show_rule(selector) -> None:
            "none": "no automatic fix"}[rule.fix_applicability]
     versions = f"; torch {rule.torch_versions}" if rule.torch_versions else ""
     default = "" if rule.default_enabled else f"; off by default (turn it on with `--extend-select {rule.code}`)"
-    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}{default}\n\n{rule.docs()}")
+    plugin = rule_plugin(rule)
+    origin = f"; from {plugin}" if plugin else ""
+    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}{default}{origin}\n\n{rule.docs()}")
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from torchlint import __version__
-from torchlint.rule import Rule, all_rules
+from torchlint.rule import Rule, all_rules, plugin_problems, rule_plugin
 from torchlint.analysis.gpus import ACCEPTED as GPU_FORMS, Gpu, parse_gpu
 from torchlint.analysis.versions import parse_version
 
@@ -92,7 +92,8 @@ def resolve_selectors(selectors: list[str], where: str) -> set[str]:
         if text.upper() == "TL000" or text.upper() == "TL0":
             continue  # syntax errors are always reported
         if not matched:
-            raise ConfigError(f"{where}: unknown rule selector {_named(text)} (see `torchlint rules`)")
+            skipped = "; a plugin was skipped: " + "; ".join(plugin_problems()) if plugin_problems() else ""
+            raise ConfigError(f"{where}: unknown rule selector {_named(text)} (see `torchlint rules`){skipped}")
         codes |= matched
     return codes
 
@@ -144,7 +145,9 @@ class Settings:
             "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
             "lightning": self.target_lightning,
             "gpu": str(self.target_gpu) if self.target_gpu else None, "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
-            "options": self.rule_options, "rules": [r.code for r in all_rules()], "src": self.src,
+            "options": self.rule_options, "src": self.src,
+            # a plugin's rules change with its version
+            "rules": [r.code if rule_plugin(r) is None else f"{r.code} {rule_plugin(r).origin}" for r in all_rules()],
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -37,6 +37,7 @@ from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
+from torchlint.rule import plugin_problems
 from torchlint.suppression import NOQA
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
@@ -150,6 +151,8 @@ class TorchlintServer(LanguageServer):
         except ConfigError as error:
             self.report_once(f"torchlint: {error}")
             return None
+        for problem in plugin_problems():  # a broken plugin is skipped; say so once
+            self.report_once(f"torchlint: {problem}")
         if _excluded(settings, Path(path)):
             return None
         return settings
