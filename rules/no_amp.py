@@ -68,6 +68,13 @@ starts from its initial scale each epoch; move it out if so.
 Reported for a target torch from 1.10 (`torch.autocast` with a `dtype`); the fix writes
 `torch.amp.GradScaler("cuda")` from torch 2.3 and `torch.cuda.amp.GradScaler()` before.
 
+## Target GPU
+
+`target-gpu` tunes the advice: before Volta (`"p100"`, `"sm_61"`...) the rule is silent, since
+those GPUs have no tensor cores; on Volta and Turing (`"v100"`, `"t4"`) the message advises
+float16 with a `GradScaler` only, since bfloat16 needs Ampere; on Ampere and newer, or with no
+target GPU, it also names bfloat16.
+
 ## References
 
 - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#use-mixed-precision-and-amp
@@ -83,6 +90,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.devices import may_train_on_cuda, uses_reduced_precision
+from torchlint.analysis.gpus import BF16, TENSOR_CORES
 from torchlint.analysis.programs import ast_training_script
 from torchlint.analysis.syntax import method_call, root_names
 from torchlint.analysis.walk import visit
@@ -143,10 +151,13 @@ class NoAmp(Rule):
         if self.ctx.programs.cuda_training_script() is None or uses_reduced_precision(source) \
                 or PRECISION_MANAGERS.search(source):
             return
+        if self.ctx.gpu_below(TENSOR_CORES):  # no tensor cores: 16-bit matmuls gain little
+            return
         message = ("this CUDA training loop runs in float32; run the forward pass and the loss under "
                    "`torch.amp.autocast(\"cuda\", dtype=torch.float16)` with a `torch.amp.GradScaler(\"cuda\")` "
-                   "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), or "
-                   "with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs")
+                   "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`)")
+        if not self.ctx.gpu_below(BF16):  # bfloat16 needs Ampere; unknown GPU: say both
+            message += ", or with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs"
         if self._binary_cross_entropy_on_probabilities():
             # CUDA autocast rejects BCE on probabilities ("unsafe to autocast") at run time
             self.report(node, message + "; first compute the loss on logits with `nn.BCEWithLogitsLoss` (or "

@@ -50,6 +50,11 @@ run in 16 bits.
 
 - `min-size` (int, default 64): sizes below it are not reported.
 
+## Target GPU
+
+With `target-gpu` set to a GPU before Volta (`"p100"`, `"sm_61"`...), which has no tensor cores,
+the rule is silent; with any other target, or none, it reports as described.
+
 ## References
 
 - https://docs.nvidia.com/deeplearning/performance/dl-performance-fully-connected/index.html
@@ -64,6 +69,7 @@ import ast
 import libcst as cst
 
 from torchlint.analysis.devices import uses_reduced_precision
+from torchlint.analysis.gpus import TENSOR_CORES
 from torchlint.analysis.programs import ast_is_script
 from torchlint.analysis.syntax import find_argument
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -99,7 +105,8 @@ class TensorCoreAlignment(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         layer = QUALIFIED.get(self.ctx.qualified_name(node.func) or "")
-        if layer is None or not uses_reduced_precision(self.ctx.code) or not self.ctx.programs.is_script:
+        if layer is None or not uses_reduced_precision(self.ctx.code) or not self.ctx.programs.is_script \
+                or self.ctx.gpu_below(TENSOR_CORES):  # a known GPU without tensor cores: nothing to align to
             return
         minimum = self.option("min-size")
         odd = []

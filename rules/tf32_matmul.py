@@ -57,6 +57,12 @@ precision (their matmuls already run in 16 bits), or that never mention CUDA, ar
 Reported for a target torch from 1.12, where TF32 for matmuls became opt-in (from 1.7 to 1.11
 `torch.backends.cuda.matmul.allow_tf32` defaulted to True).
 
+## Target GPU
+
+With `target-gpu` set to a GPU before Ampere (`"v100"`, `"t4"`, `"sm_75"`...) the rule is silent:
+those GPUs have no TF32 tensor cores. With an Ampere or newer target, or none, it reports as
+described.
+
 ## References
 
 - https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices
@@ -69,6 +75,7 @@ from __future__ import annotations
 import re
 
 from torchlint.analysis.devices import uses_reduced_precision
+from torchlint.analysis.gpus import TF32
 from torchlint.rules._script import WholeScriptRule
 
 # What multiplies matrices in float32 (convolutions run in TF32 by default already)
@@ -90,6 +97,8 @@ class Tf32Matmul(WholeScriptRule):
                "`torch.set_float32_matmul_precision(\"high\")` after the imports")
 
     def wanted(self) -> bool:
+        if self.ctx.gpu_below(TF32):  # a known GPU before Ampere has no TF32 tensor cores
+            return False
         code = self.ctx.code
         if uses_reduced_precision(code):
             return False

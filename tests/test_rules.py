@@ -4,7 +4,8 @@ fixtures/rules/<rule module>/
   bad*.py        each expected finding marked on its line: ``# expect: TL101`` (or ``TL101, TL201``)
   bad*.fixed.py  the exact output of ``--fix --unsafe-fixes`` with only that rule selected
   good*.py       the traps: no finding at all
-A first line ``# fixture: target-torch=1.13`` sets options for that file.
+A first line ``# fixture: target-torch=1.13`` sets options for that file (torchlint/testing.py,
+which plugins use for their own rules' fixtures).
 """
 
 from __future__ import annotations
@@ -16,27 +17,16 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from torchlint.config import resolve_settings
 from torchlint.engine import fix_source, lint_source
 from torchlint.rule import all_rules
+from torchlint.testing import expected_findings
+from torchlint.testing import fixture_settings as settings_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
-EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>[A-Z]{2,5}\d{3}(?:\s*,\s*[A-Z]{2,5}\d{3})*)")
-DIRECTIVE = re.compile(r"^#\s*fixture:\s*(?P<options>.*)$", re.MULTILINE)
 
 
 def rule_folder(rule) -> Path:
     return FIXTURES / rule.__module__.rsplit(".", 1)[1]
-
-
-def settings_for(path: Path, rule, source: str):
-    options = {}
-    match = DIRECTIVE.match(source)
-    if match:
-        for item in match.group("options").split():
-            key, _, value = item.partition("=")
-            options[key.replace("-", "_")] = value
-    return resolve_settings(path, isolated=True, select=[rule.code], unsafe_fixes=True, **options)
 
 
 def cases(prefix: str):
@@ -46,15 +36,6 @@ def cases(prefix: str):
             if not path.name.endswith(".fixed.py"):
                 found.append(pytest.param(rule, path, id=f"{rule.code}-{path.name}"))
     return found
-
-
-def expected_findings(source: str) -> list[tuple[int, str]]:
-    found = []
-    for number, line in enumerate(source.splitlines()):
-        match = EXPECT.search(line)
-        if match:
-            found += [(number, code.strip()) for code in match.group("codes").split(",")]
-    return sorted(found)
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)

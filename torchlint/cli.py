@@ -161,6 +161,7 @@ class Report:
 @click.option("--isolated", is_flag=True, help="Ignore all configuration files.")
 @click.option("--target-torch", help="The torch version the code runs on, e.g. 2.1.")
 @click.option("--target-lightning", help="The Lightning version the code runs on, e.g. 2.2.")
+@click.option("--target-gpu", help="The GPU the code runs on: sm_80, 8.0 or a name (a100, h100, t4, l4...).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False), help="Where the cache lives.")
 @click.option("--stdin-filename", help="The name of the file read from stdin (path `-`).")
@@ -169,7 +170,7 @@ class Report:
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
               help="Processes to lint with (default 0: one per core for large trees).")
 def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_select, output_format, output_file,
-          color, statistics, exit_zero, watch, config, isolated, target_torch, target_lightning, no_cache, cache_dir,
+          color, statistics, exit_zero, watch, config, isolated, target_torch, target_lightning, target_gpu, no_cache, cache_dir,
           stdin_filename, force_exclude, quiet, jobs) -> None:
     """Lint PATHS (default: the current directory)."""
     from torchlint.config import ConfigError, resolve_settings
@@ -191,13 +192,15 @@ def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_sel
         return resolve_settings(
             anchor, config=config, select=_split(select),
             ignore=_split(ignore), extend_select=_split(extend_select), unsafe_fixes=unsafe_fixes,
-            target_torch=target_torch, target_lightning=target_lightning, isolated=isolated)
+            target_torch=target_torch, target_lightning=target_lightning, target_gpu=target_gpu,
+            isolated=isolated)
 
     try:
         settings = resolve()
     except ConfigError as error:
         _error(str(error))
         sys.exit(EXIT_ERROR)
+    _warn_about_plugins()
     report = Report(output_format=output_format, statistics=statistics, quiet=quiet, show_fixes=show_fixes,
                     color=color, output_file=output_file)
 
@@ -228,6 +231,14 @@ def check(paths, fix, unsafe_fixes, diff, show_fixes, select, ignore, extend_sel
             traceback.print_exc()
         sys.exit(EXIT_ERROR)
     sys.exit(code)
+
+
+def _warn_about_plugins() -> None:
+    """A plugin that cannot be used is skipped, not fatal: say so, and lint with the other rules."""
+    from torchlint.rule import plugin_problems
+
+    for problem in plugin_problems():
+        _warning(problem)
 
 
 def _check_paths(paths, settings, run: Run, report: Report) -> int:
@@ -321,29 +332,35 @@ def language_server() -> None:
 @click.option("--all", "show_all", is_flag=True, help="(kept for symmetry) every rule is always listed")
 def list_rules(output_format, show_all) -> None:
     """List every rule: code, name, kind, fix, summary; a rule that is off by default says so
-    (`--extend-select CODE` turns it on)."""
-    from torchlint.rule import all_rules
+    (`--extend-select CODE` turns it on), and a plugin's rule names the package it comes from
+    (`origin` in the JSON: "torchlint" or the plugin's distribution and version)."""
+    from torchlint.plugins import BUILTIN
+    from torchlint.rule import all_rules, rule_origin
 
+    _warn_about_plugins()
     rules = all_rules()
     if output_format == "json":
         click.echo(json.dumps([{
             "code": r.code, "name": r.name, "kind": r.kind, "fix": r.fix_applicability,
             "severity": int(r.severity), "default_enabled": r.default_enabled,
-            "torch_versions": r.torch_versions or None, "summary": r.summary} for r in rules], indent=2))
+            "torch_versions": r.torch_versions or None, "summary": r.summary, "origin": rule_origin(r)}
+            for r in rules], indent=2))
         return
     width = max(len(r.name) for r in rules)
     for r in rules:
         fix = {"safe": "fix", "unsafe": "fix (unsafe)", "none": ""}[r.fix_applicability]
         default = "" if r.default_enabled else " (off by default)"
-        click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}{default}")
+        origin = "" if rule_origin(r) == BUILTIN else f" [from {rule_origin(r)}]"
+        click.echo(f"{r.code}  {r.name:<{width}}  {r.kind:<12} {fix:<13} {r.summary}{default}{origin}")
 
 
 @main.command("rule")
 @click.argument("selector")
 def show_rule(selector) -> None:
     """Print a rule's documentation (by code or name)."""
-    from torchlint.rule import rule_by_selector
+    from torchlint.rule import rule_by_selector, rule_plugin
 
+    _warn_about_plugins()
     rule = rule_by_selector(selector)
     if rule is None:
         _error(f"no rule named `{selector}` (see `torchlint rules`)")
@@ -352,5 +369,7 @@ def show_rule(selector) -> None:
            "none": "no automatic fix"}[rule.fix_applicability]
     versions = f"; torch {rule.torch_versions}" if rule.torch_versions else ""
     default = "" if rule.default_enabled else f"; off by default (turn it on with `--extend-select {rule.code}`)"
-    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}{default}\n\n{rule.docs()}")
+    plugin = rule_plugin(rule)
+    origin = f"; from {plugin}" if plugin else ""
+    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.kind}; {fix}{versions}{default}{origin}\n\n{rule.docs()}")
 

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from torchlint import __version__
-from torchlint.rule import Rule, all_rules
+from torchlint.rule import Rule, all_rules, plugin_problems, rule_plugin
+from torchlint.analysis.gpus import ACCEPTED as GPU_FORMS, Gpu, parse_gpu
 from torchlint.analysis.versions import parse_version
 
 if sys.version_info >= (3, 11):
@@ -68,6 +69,17 @@ def _version_key(value: Any, key: str, where: str) -> tuple[int, ...]:
         raise ConfigError(f"{where}: `{key}` must be a version like \"2.1\", got {_shown(value)}") from None
 
 
+def _gpu_key(value: Any, key: str, where: str) -> Gpu:
+    if not isinstance(value, str):  # an unquoted 8.0 is a number, and 8.10 would read as 8.1
+        raise ConfigError(f"{where}: `{key}` must be text in quotes, such as \"sm_80\" or \"a100\", "
+                          f"got {_shown(value)}")
+    try:
+        return parse_gpu(value)
+    except ValueError:
+        raise ConfigError(f"{where}: `{key}` names no GPU torchlint knows: {_shown(value)}; "
+                          f"write {GPU_FORMS}") from None
+
+
 def resolve_selectors(selectors: list[str], where: str) -> set[str]:
     """Codes, code prefixes (``TL1``), rule names (``retained-graph``) or ``ALL`` -> rule codes."""
     codes: set[str] = set()
@@ -80,7 +92,8 @@ def resolve_selectors(selectors: list[str], where: str) -> set[str]:
         if text.upper() == "TL000" or text.upper() == "TL0":
             continue  # syntax errors are always reported
         if not matched:
-            raise ConfigError(f"{where}: unknown rule selector {_named(text)} (see `torchlint rules`)")
+            skipped = "; a plugin was skipped: " + "; ".join(plugin_problems()) if plugin_problems() else ""
+            raise ConfigError(f"{where}: unknown rule selector {_named(text)} (see `torchlint rules`){skipped}")
         codes |= matched
     return codes
 
@@ -94,6 +107,8 @@ class Settings:
     unsafe_fixes: bool = False
     target_torch: tuple[int, ...] = NEWEST_TORCH
     target_lightning: tuple[int, ...] = NEWEST_LIGHTNING
+    # The GPU the code runs on (``target-gpu``); None: unknown, and rules advise for any GPU.
+    target_gpu: Gpu | None = None
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
     respect_gitignore: bool = True
@@ -134,9 +149,11 @@ class Settings:
         """What a cached result depends on besides the file's bytes."""
         state = {
             "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
-            "lightning": self.target_lightning, "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
-            "options": self.rule_options, "rules": [r.code for r in all_rules()], "src": self.src,
-            "max_file_size": self.max_file_size,
+            "lightning": self.target_lightning, "gpu": str(self.target_gpu) if self.target_gpu else None,
+            "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
+            "options": self.rule_options, "src": self.src, "max_file_size": self.max_file_size,
+            # a plugin's rules change with its version
+            "rules": [r.code if rule_plugin(r) is None else f"{r.code} {rule_plugin(r).origin}" for r in all_rules()],
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -279,8 +296,8 @@ def _rule_options(table: dict, where: str) -> dict:
     return options
 
 
-KNOWN_KEYS = set(LIST_KEYS) | {"per-file-ignores", "target-torch", "target-lightning", "unsafe-fixes",
-                               "respect-gitignore", "max-file-size"}
+KNOWN_KEYS = set(LIST_KEYS) | {"per-file-ignores", "target-torch", "target-lightning", "target-gpu",
+                               "unsafe-fixes", "respect-gitignore", "max-file-size"}
 _SIZE = re.compile(r"\s*(\d+)\s*(KB|MB|KiB|MiB|B)?\s*", re.IGNORECASE)
 _SIZE_UNITS = {None: 1, "b": 1, "kb": 1 << 10, "kib": 1 << 10, "mb": 1 << 20, "mib": 1 << 20}
 
@@ -300,7 +317,7 @@ def resolve_settings(
     path: Path | None = None, *, config: Path | None = None, select: list[str] | None = None,
     ignore: list[str] | None = None, extend_select: list[str] | None = None,
     unsafe_fixes: bool | None = None, target_torch: str | None = None,
-    target_lightning: str | None = None, isolated: bool = False,
+    target_lightning: str | None = None, target_gpu: str | None = None, isolated: bool = False,
 ) -> Settings:
     """Settings for linting ``path``: its configuration file, then the command line's overrides."""
     start = Path(path) if path is not None else Path.cwd()
@@ -353,12 +370,19 @@ def resolve_settings(
         lightning_version = _version_key(table["target-lightning"], "target-lightning", where)
     else:
         lightning_version = NEWEST_LIGHTNING
+    if target_gpu is not None:
+        gpu = _gpu_key(target_gpu, "--target-gpu", "command line")
+    elif "target-gpu" in table:
+        gpu = _gpu_key(table["target-gpu"], "target-gpu", where)
+    else:
+        gpu = None
 
     return Settings(
         selected=frozenset(selected),
         unsafe_fixes=table.get("unsafe-fixes", False) if unsafe_fixes is None else unsafe_fixes,
         target_torch=torch_version,
         target_lightning=lightning_version,
+        target_gpu=gpu,
         exclude=tuple(lists.get("exclude", DEFAULT_EXCLUDE)) + tuple(lists.get("extend-exclude", [])),
         per_file_ignores=per_file_ignores,
         respect_gitignore=table.get("respect-gitignore", True),

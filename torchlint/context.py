@@ -18,6 +18,7 @@ from torchlint.analysis.calls import Calls
 from torchlint.analysis.compat import Compatibility
 from torchlint.analysis.devices import Devices
 from torchlint.analysis.frameworks import Lightning
+from torchlint.analysis.gpus import Capability, Gpu
 from torchlint.analysis.loops import Loops
 from torchlint.analysis.losses import Losses
 from torchlint.analysis.modules import Modules
@@ -103,6 +104,22 @@ class RuleContext:
 
     def lightning_at_least(self, version: str) -> bool:
         return at_least(self.settings.target_lightning, version)
+
+    # the GPU ------------------------------------------------------------------------------------------
+    @property
+    def target_gpu(self) -> Gpu | None:
+        """The GPU the code runs on (``target-gpu``); None when the configuration does not say."""
+        return getattr(self.settings, "target_gpu", None)
+
+    def gpu_at_least(self, spec: str | Capability) -> bool:
+        """The target GPU is known and has compute capability ``spec`` (``"sm_80"``, ``gpus.BF16``)
+        or newer. False when it is unknown: advice that needs a new GPU stays as it was."""
+        return self.target_gpu is not None and self.target_gpu.at_least(spec)
+
+    def gpu_below(self, spec: str | Capability) -> bool:
+        """The target GPU is known and older than ``spec``: advice that needs ``spec`` does not
+        apply there. False when it is unknown."""
+        return self.target_gpu is not None and not self.target_gpu.at_least(spec)
 
     # the code ----------------------------------------------------------------------------------------
     @cached_property

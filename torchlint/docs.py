@@ -4,6 +4,9 @@ the committed pages are current (tests/test_docs.py runs the same comparison).
 
 The pages are what ``codeDescription.href`` in torchlint's output points to
 (``docs/rules/<CODE>.md``, see torchlint.output.DOCS_URL).
+
+A plugin's rules (torchlint/plugins.py) get their pages the same way, into the plugin's own folder:
+``python -m torchlint.docs --plugin DISTRIBUTION --out docs/rules``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchlint.rule import Rule, all_rules
+from torchlint.rule import Rule, all_rules, builtin_rules, rule_plugin
 
 DOCS_DIR = Path(__file__).resolve().parent.parent / "docs" / "rules"
 INDEX = "README.md"
@@ -37,38 +40,61 @@ def rule_page(rule: type[Rule]) -> str:
         rows.append(("Target torch", f"`{rule.torch_versions}`"))
     if rule.lightning_versions:
         rows.append(("Target Lightning", f"`{rule.lightning_versions}`"))
+    plugin = rule_plugin(rule)
+    if plugin is not None:
+        rows.append(("Origin", f"`{plugin.origin}` (plugin, entry point `{plugin.entry_point}`)"))
     for option, (kind, default, description) in sorted(rule.options.items()):
         rows.append((f"Option `{option}`", f"{description} ({kind.__name__}, default `{default!r}`)"))
     table = "\n".join(["| | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in rows])
     return f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{table}\n\n{rule.docs().strip()}\n"
 
 
-def index_page(rules: tuple[type[Rule], ...]) -> str:
+def _family(rule: type[Rule]) -> str:
+    """The heading a rule is listed under: its TL family, or a plugin's prefix and package."""
+    plugin = rule_plugin(rule)
+    if plugin is None:
+        return f"TL{rule.code[2]}xx: {FAMILIES.get(rule.code[2], 'other')}"
+    return f"{rule.code.rstrip('0123456789')}: {plugin.origin}"
+
+
+def index_page(rules: tuple[type[Rule], ...], plugin: str | None = None) -> str:
+    made = f"`python -m torchlint.docs --plugin {plugin}`" if plugin else "`python -m torchlint.docs`"
     lines = ["# Rules", "",
-             "Every rule of torchlint, generated from the rules' own documentation by `python -m torchlint.docs`. "
+             f"Every rule of {plugin or 'torchlint'}, generated from the rules' own documentation by {made}. "
              "`torchlint rule CODE` prints the same text.", ""]
     family = None
     for rule in rules:
-        if rule.code[2] != family:
-            family = rule.code[2]
-            lines += ["", f"## TL{family}xx: {FAMILIES.get(family, 'other')}", "",
+        if _family(rule) != family:
+            family = _family(rule)
+            lines += ["", f"## {family}", "",
                       "| code | name | kind | fix | summary |", "|---|---|---|---|---|"]
         lines.append(f"| [{rule.code}]({rule.code}.md) | `{rule.name}` | {rule.kind} | {rule.fix_applicability} "
                      f"| {rule.summary.replace('|', '&#124;')} |")
     return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
 
 
-def render() -> dict[str, str]:
-    """File name -> content of every page."""
-    rules = all_rules()
+def plugin_rules(distribution: str) -> tuple[type[Rule], ...]:
+    """The rules of an installed plugin, by its distribution's name (case and ``-``/``_`` aside)."""
+    def key(name: str) -> str:
+        return name.lower().replace("_", "-").replace(".", "-")
+
+    return tuple(rule for rule in all_rules()
+                 if (plugin := rule_plugin(rule)) is not None and key(plugin.distribution) == key(distribution))
+
+
+def render(plugin: str | None = None) -> dict[str, str]:
+    """File name -> content of every page: of torchlint's own rules, or of one plugin's."""
+    rules = plugin_rules(plugin) if plugin else builtin_rules()
+    if plugin and rules:
+        plugin = rule_plugin(rules[0]).distribution  # as the distribution spells its name
     pages = {f"{rule.code}.md": rule_page(rule) for rule in rules}
-    pages[INDEX] = index_page(rules)
+    pages[INDEX] = index_page(rules, plugin)
     return pages
 
 
-def stale(directory: Path = DOCS_DIR) -> list[str]:
+def stale(directory: Path = DOCS_DIR, plugin: str | None = None) -> list[str]:
     """Pages that are missing, different from what the rules say, or left over from a removed rule."""
-    pages = render()
+    pages = render(plugin)
     problems = [name for name, text in sorted(pages.items())
                 if not (directory / name).is_file() or (directory / name).read_text(encoding="utf-8") != text]
     if directory.is_dir():
@@ -76,10 +102,10 @@ def stale(directory: Path = DOCS_DIR) -> list[str]:
     return problems
 
 
-def write(directory: Path = DOCS_DIR) -> list[str]:
+def write(directory: Path = DOCS_DIR, plugin: str | None = None) -> list[str]:
     """Write every page, delete pages of rules that no longer exist; return what changed."""
-    changed = stale(directory)
-    pages = render()
+    changed = stale(directory, plugin)
+    pages = render(plugin)
     directory.mkdir(parents=True, exist_ok=True)
     for name in changed:
         path = directory / name
@@ -93,15 +119,27 @@ def write(directory: Path = DOCS_DIR) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchlint.docs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report stale pages (exit 1 if any)")
-    parser.add_argument("--out", type=Path, default=DOCS_DIR, help=f"directory to write (default: {DOCS_DIR})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"directory to write (default: {DOCS_DIR}; with --plugin, docs/rules)")
+    parser.add_argument("--plugin", metavar="DISTRIBUTION",
+                        help="the pages of an installed plugin's rules instead of torchlint's own")
     args = parser.parse_args(argv)
+    out = args.out or (Path("docs/rules") if args.plugin else DOCS_DIR)
+    if args.plugin and not plugin_rules(args.plugin):
+        from torchlint.rule import plugin_problems
+
+        print(f"no installed plugin named `{args.plugin}` ships rules (see `torchlint rules`)", file=sys.stderr)
+        for problem in plugin_problems():
+            print(f"warning: {problem}", file=sys.stderr)
+        return 2
     if args.check:
-        problems = stale(args.out)
+        problems = stale(out, args.plugin)
+        command = f"python -m torchlint.docs --plugin {args.plugin}" if args.plugin else "python -m torchlint.docs"
         for name in problems:
-            print(f"{args.out / name}: out of date; run `python -m torchlint.docs`", file=sys.stderr)
+            print(f"{out / name}: out of date; run `{command}`", file=sys.stderr)
         return 1 if problems else 0
-    for name in write(args.out):
-        print(f"wrote {args.out / name}")
+    for name in write(out, args.plugin):
+        print(f"wrote {out / name}")
     return 0
 
 

@@ -44,12 +44,13 @@ from torchlint.fileio import SourceDecodeError, decode_source, read_regular_file
 from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
+from torchlint.rule import plugin_problems
 from torchlint.suppression import NOQA
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
 DEBOUNCE_SECONDS = 0.3
 PYTHON_SUFFIXES = (".py", ".pyi")
-CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch")
+CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch", "targetGpu")
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[types.NotebookDocumentFilterWithNotebook(
         notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
@@ -160,10 +161,13 @@ class TorchlintServer(LanguageServer):
                 Path(path), select=_selectors(client.get("select"), "select"),
                 ignore=_selectors(client.get("ignore"), "ignore"),
                 unsafe_fixes=_flag(client.get("unsafeFixes")),
-                target_torch=None if client.get("targetTorch") in (None, "") else str(client["targetTorch"]))
+                target_torch=None if client.get("targetTorch") in (None, "") else str(client["targetTorch"]),
+                target_gpu=None if client.get("targetGpu") in (None, "") else str(client["targetGpu"]))
         except ConfigError as error:
             self.report_once(f"torchlint: {error}")
             return None
+        for problem in plugin_problems():  # a broken plugin is skipped; say so once
+            self.report_once(f"torchlint: {problem}")
         if _excluded(settings, Path(path)):
             return None
         return settings

@@ -18,7 +18,14 @@ from torchlint.rule import rule_by_selector
 DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
 
 
-def docs_url(code: str) -> str:
+def docs_url(code: str) -> str | None:
+    """The page of a rule: torchlint's docs/rules/ for its own rules, what a plugin's rule names as
+    its ``documentation_url`` (None when it names none)."""
+    from torchlint.rule import rule_by_selector, rule_plugin
+
+    rule = rule_by_selector(code) if not code.startswith("TL") else None
+    if rule is not None and rule_plugin(rule) is not None:
+        return rule.documentation_url or None
     return DOCS_URL.format(code=code)
 
 
@@ -57,7 +64,7 @@ def lsp_diagnostic(diag: Diagnostic, text: SourceText, *, encoding: str = "utf-1
         "severity": int(diag.severity),
         "code": diag.code,
         "source": "torchlint",
-        "codeDescription": {"href": docs_url(diag.code)},
+        **({"codeDescription": {"href": url}} if (url := docs_url(diag.code)) else {}),
         "message": diag.message,
         "data": {"name": diag.name, "cell": diag.cell, "fix": fix},
     }
@@ -152,7 +159,7 @@ def _sarif_rules() -> list[dict]:
             "shortDescription": {"text": rule.summary},
             "fullDescription": {"text": _doc_section(docs, "What it does") or rule.summary},
             "help": {"text": docs, "markdown": docs},
-            "helpUri": docs_url(rule.code),
+            **({"helpUri": url} if (url := docs_url(rule.code)) else {}),
             "defaultConfiguration": {"level": SARIF_LEVELS[int(rule.severity)], "enabled": rule.default_enabled},
             "properties": {"tags": [rule.kind], "fix": rule.fix_applicability},
         })

@@ -21,15 +21,15 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from torchlint import fixes
+from torchlint import fixes, plugins
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.context import RuleContext
 from torchlint.diagnostics import NO_FIX, SAFE, UNSAFE, Related, Severity
 from torchlint.fixes import FixBuilder, FixSpec, NodeEdit
 from torchlint.analysis.versions import version_matches
 
-__all__ = ["Rule", "RuleContext", "Report", "Related", "Severity", "SyntaxIndex", "all_rules", "data_table",
-           "rule_by_selector"]
+__all__ = ["Rule", "RuleContext", "Report", "Related", "Severity", "SyntaxIndex", "all_rules", "builtin_rules",
+           "data_table", "plugin_problems", "rule_by_selector", "rule_origin"]
 
 KINDS = ("performance", "correctness", "deprecation", "migration")
 # A family prefix and a number: TL + family digit (TL101), a family of its own (TLC001 compile
@@ -67,6 +67,9 @@ class Rule:
     options: ClassVar[dict[str, tuple[type, Any, str]]] = {}
     # What the docs' "Example" and "Use instead" blocks may take for granted: the test that lints
     # them puts this in front (tests/test_docs.py).
+    # Where the rule's page is published: torchlint's own rules leave it empty (their pages are
+    # docs/rules/ of torchlint); a plugin's rule names its own page, if it has one.
+    documentation_url: ClassVar[str] = ""
     example_prelude: ClassVar[str] = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
                                       "from torch.utils.data import DataLoader\n")
 
@@ -152,8 +155,50 @@ def _data_table(name: str) -> object:
         reader.dispose()
 
 
-@cache
 def all_rules() -> tuple[type[Rule], ...]:
+    """Every rule: torchlint's own, sorted by code, then those of installed plugins (entry points of
+    the group ``torchlint.rules``, see torchlint/plugins.py), sorted by code."""
+    return _registry().rules
+
+
+def rule_origin(rule: type[Rule]) -> str:
+    """Where a rule comes from: ``"torchlint"``, or its plugin's distribution and version."""
+    plugin = _registry().plugins.get(rule)
+    return plugin.origin if plugin else plugins.BUILTIN
+
+
+def rule_plugin(rule: type[Rule]) -> plugins.Plugin | None:
+    """The plugin that ships a rule; None for torchlint's own."""
+    return _registry().plugins.get(rule)
+
+
+def plugin_problems() -> tuple[str, ...]:
+    """Why plugins or rules of plugins were skipped, a line each (the command line warns)."""
+    return _registry().problems
+
+
+@dataclass(frozen=True)
+class _Registry:
+    rules: tuple[type[Rule], ...]
+    plugins: dict[type[Rule], plugins.Plugin]
+    problems: tuple[str, ...]
+
+
+@cache
+def _registry() -> _Registry:
+    builtin = builtin_rules()
+    loaded = plugins.load({rule.code: rule for rule in builtin}, Rule, _check_metadata)
+    extra = tuple(sorted(loaded.rules, key=lambda rule: rule.code))
+    return _Registry(builtin + extra, loaded.plugins, tuple(loaded.problems))
+
+
+def reload_rules() -> None:
+    """Forget the rules found so far (after installing a plugin in-process; tests)."""
+    _registry.cache_clear()
+
+
+@cache
+def builtin_rules() -> tuple[type[Rule], ...]:
     """Every rule class in ``torchlint.rules``, sorted by code. Adding a rule is adding a module;
     modules whose name starts with ``_`` hold what a family of rules shares."""
     import torchlint.rules as package

@@ -1,0 +1,1 @@
+"""An example torchlint plugin (see its pyproject.toml)."""
