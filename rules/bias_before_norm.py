@@ -1,10 +1,10 @@
 """
 ## What it does
 
-Finds a `Conv1d`/`Conv2d`/`Conv3d` or `Linear` layer with a bias whose output goes straight into
-a BatchNorm of the same dimension: adjacent in `nn.Sequential` (positional or `OrderedDict`), or
-in a module whose `forward` calls `self.bn(self.conv(x))` or `x = self.conv(x)` then
-`x = self.bn(x)`.
+Finds a `Conv1d`/`Conv2d`/`Conv3d` (or transposed, `ConvTranspose2d`...) or `Linear` layer with a
+bias whose output goes straight into a BatchNorm of the same dimension: adjacent in
+`nn.Sequential` (positional or `OrderedDict`), or in a module whose `forward` calls
+`self.bn(self.conv(x))` or `x = self.conv(x)` then `x = self.bn(x)`.
 
 ## Why is it slow
 
@@ -56,9 +56,10 @@ from torchlint.rule import Rule, SyntaxIndex
 
 # layer -> (dimension, positional index of `bias`)
 BIASED_LAYERS = {
-    "torch.nn.Conv1d": (1, 7), "torch.nn.Conv2d": (2, 7), "torch.nn.Conv3d": (3, 7), "torch.nn.Linear": (1, 2),
-    "torch.nn.modules.conv.Conv1d": (1, 7), "torch.nn.modules.conv.Conv2d": (2, 7),
-    "torch.nn.modules.conv.Conv3d": (3, 7), "torch.nn.modules.linear.Linear": (1, 2),
+    "torch.nn.Linear": (1, 2), "torch.nn.modules.linear.Linear": (1, 2),
+    # ConvTranspose's parameters differ (output_padding where Conv has dilation) but `bias` is 8th too
+    **{f"torch.nn.{module}{kind}{dim}d": (dim, 7) for module in ("", "modules.conv.")
+       for kind in ("Conv", "ConvTranspose") for dim in (1, 2, 3)},
 }
 NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNorm3d": 3,
          "torch.nn.modules.batchnorm.BatchNorm1d": 1, "torch.nn.modules.batchnorm.BatchNorm2d": 2,
