@@ -44,3 +44,9 @@ def test_the_default_is_one_mebibyte_and_in_the_cache_fingerprint(tmp_path):
     default = resolve_settings(tmp_path, isolated=True)
     assert default.max_file_size == DEFAULT_MAX_FILE_SIZE == 1 << 20
     assert settings_with(tmp_path, "4096").fingerprint != settings_with(tmp_path, "8192").fingerprint
+
+
+def test_far_over_the_limit_not_even_the_syntax_is_checked(tmp_path):
+    # past 8 times the limit CPython's compiler would take about 80 MB of memory per MB of source
+    [only] = lint_source(SCRIPT + "x = (\n" + "# padding\n" * 100, str(tmp_path / "train.py"), settings_with(tmp_path, 100))
+    assert only.code == "TL000" and "not even its syntax was checked" in only.message

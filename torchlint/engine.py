@@ -154,23 +154,29 @@ _NOT_BRACKETS = re.compile(r"[^()\[\]{}]+")
 _CANNOT_ANALYZE = "torchlint cannot analyze this file"
 
 
+SYNTAX_CHECK_FACTOR = 8  # past max-file-size, Python's syntax check still runs up to 8 times the limit
+
+
 def _too_large(source: str, path: str, limit: int | None) -> list[Diagnostic] | None:
     """Past ``max-file-size``, Python's syntax check and a TL000 that says why nothing else ran."""
     if not limit or len(source) <= limit // 4 or len(source.encode("utf-8", "surrogatepass")) <= limit:
         return None
     size = len(source.encode("utf-8", "surrogatepass"))
-    try:  # CPython's compiler only (not its Python-level tree, nor LibCST: seconds per MB)
-        _python_compile(source, 0)
-    except SyntaxError:
-        error = _python_syntax_error(source)  # the parser's error, not the compiler's (`return` outside a function)
-        if error is not None and error.lineno:
-            return [_cpython_error(path, error)]
-    except (ValueError, RecursionError, MemoryError):
-        pass
+    checked = "only its syntax was checked"
+    if size > SYNTAX_CHECK_FACTOR * limit:  # CPython's compiler takes about 80 MB of memory per MB
+        checked = "not even its syntax was checked"
+    else:
+        try:  # CPython's compiler only (not its Python-level tree, nor LibCST: seconds per MB)
+            _python_compile(source, 0)
+        except SyntaxError:
+            error = _python_syntax_error(source)  # the parser's error, not the compiler's (`return` outside a function)
+            if error is not None and error.lineno:
+                return [_cpython_error(path, error)]
+        except (ValueError, RecursionError, MemoryError):
+            pass
     return [syntax_error(
         path, f"{_CANNOT_ANALYZE}: it is {size / (1 << 20):.1f} MiB, over the `max-file-size` of "
-              f"{limit / (1 << 20):.1f} MiB; only its syntax was checked (raise `max-file-size` to lint it, or "
-              "exclude the file)")]
+              f"{limit / (1 << 20):.1f} MiB; {checked} (raise `max-file-size` to lint it, or exclude the file)")]
 
 
 def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic | None]:
