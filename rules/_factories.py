@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, ast_may_move,
                                         tensor_factory)
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal
+from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal, names_in
 from torchlint.fixes import FixSpec, set_keyword
 from torchlint.rule import Rule, RuleContext
 
@@ -25,6 +25,8 @@ NO_HOST_FILL = frozenset({"tensor", "as_tensor", "zeros_like", "ones_like", "emp
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
 MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
+# A name moved into itself: `z = z.to(` / `z = z.cuda(`
+REBOUND_MOVE = re.compile(r"\b(\w+)[ \t]*=[ \t]*\1[ \t]*\.[ \t]*(?:cuda|to)[ \t]*\(")
 
 
 def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
@@ -34,6 +36,60 @@ def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
     return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
             and isinstance(call.func.value, ast.Call) and ast_callee(call.func.value) in wanted
             and ast_may_move(index, call)]
+
+
+def ast_rebound_moves(index: SyntaxIndex) -> bool:
+    """Any ``z = z.to(...)``/``z = z.cuda(...)`` whose block assigned ``z`` a call before: the
+    precheck twin of bound_factory_move."""
+    for assign in index.nodes(ast.Assign):
+        value = assign.value
+        if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and isinstance(value, ast.Call) \
+                and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to") \
+                and isinstance(value.func.value, ast.Name) and value.func.value.id == assign.targets[0].id \
+                and ast_may_move(index, value):
+            return True
+    return False
+
+
+def bound_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
+                       ) -> tuple[cst.Call, str, DeviceMove, cst.SimpleStatementLine, cst.SimpleStatementLine] | None:
+    """For ``z = z.to(<device>)`` (or ``.cuda()``) whose block assigned ``z = torch.<factory>(...)``
+    earlier, with no statement in between that mentions ``z`` or the names of the device: the
+    factory call, its name, the move, and the two statements."""
+    move = node.func
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Name)):
+        return None
+    name = move.value.value
+    position = ctx.statement_position()
+    if position is None:
+        return None
+    statement, body, index = position
+    if _single_assignment(statement, name) is not node:
+        return None
+    target = ctx.devices.move(node, extra_names)
+    if target is None or target.to_cpu:
+        return None
+    watched = {name} | names_in(target.device) | (names_in(target.dtype) if target.dtype is not None else set())
+    for earlier in reversed(body[:index]):
+        if not names_in(earlier) & watched:
+            continue
+        value = _single_assignment(earlier, name)
+        factory = tensor_factory(value, ctx.bindings) if value is not None else None
+        if factory is None or name in names_in(value):
+            return None
+        return value, factory, target, earlier, statement
+    return None
+
+
+def _single_assignment(statement: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    """The value of ``name = <value>`` when that is the whole statement."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    return assign.value if isinstance(target, cst.Name) and target.value == name else None
 
 
 def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()

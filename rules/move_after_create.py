@@ -3,7 +3,9 @@
 
 Finds a tensor made by a factory (`torch.zeros`, `torch.ones`, `torch.empty`, `torch.full`,
 `torch.arange`, `torch.eye`, `torch.rand`, `torch.randn`, `torch.randint`, `torch.linspace`, ...)
-that is moved to a device right away: `torch.zeros(n).cuda()`, `torch.randn(b, d).to("cuda:1")`.
+that is moved to a device right away: `torch.zeros(n).cuda()`, `torch.randn(b, d).to("cuda:1")`;
+or bound to a name that a later statement of the same block moves into itself, with nothing in
+between reading it: `z = torch.randn(n, d)` ... `z = z.to(device)`.
 
 Not reported, because the move costs nothing that `device=` would save: `torch.tensor(data)` and
 `torch.as_tensor(data)` (the data is on the host and is copied to the device either way), and the
@@ -47,7 +49,9 @@ for `.cuda(x)` with a non-literal `x`. No fix when the factory takes `**kwargs` 
 carry `device`), when both the factory and `.to()` give a dtype, when `.to()` has arguments the
 factory does not take (`memory_format`, `copy`), when the factory is given a `generator=` (a CPU
 generator cannot drive a factory on the GPU: it raises), or when a comment sits between the factory
-and the move (the rewrite would drop it).
+and the move (the rewrite would drop it). Across statements the fix adds `device=` to the factory and deletes
+the statement that moves it, with the same tiers; no fix when a comment sits above that
+statement.
 
 ## Options
 
@@ -68,8 +72,12 @@ import libcst as cst
 
 from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES
 from torchlint.rule import Rule, SyntaxIndex
-from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, ast_moved_calls, create_on_device,
-                                        creates_non_leaf, factory_move)
+from torchlint.analysis.devices import EXACT_FACTORIES
+from torchlint.analysis.syntax import find_keyword, is_literal
+from torchlint.fixes import set_keyword
+from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, REBOUND_MOVE, ast_moved_calls,
+                                        ast_rebound_moves, bound_factory_move, create_on_device, creates_non_leaf,
+                                        factory_move)
 
 
 class MoveAfterCreate(Rule):
@@ -82,15 +90,17 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return MOVE_AFTER_CALL.search(text) is not None
+        return MOVE_AFTER_CALL.search(text) is not None or REBOUND_MOVE.search(text) is not None
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(ast_moved_calls(index, *(DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL))
+        return bool(ast_moved_calls(index, *(DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL)) \
+            or ast_rebound_moves(index)
 
     def visit_Call(self, node: cst.Call) -> None:
         found = factory_move(self.ctx, node, tuple(self.option("device-names")))
         if found is None:
+            self._bound_then_moved(node)
             return
         factory_call, factory, move = found
         if creates_non_leaf(self.ctx, factory_call) or factory in NO_HOST_FILL:
@@ -98,3 +108,36 @@ class MoveAfterCreate(Rule):
         shown = f"torch.{factory}(...).{move.method}(...)"
         self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; create it on the device "
                                   "with `device=`", create_on_device(self, node, factory_call, factory, move))
+
+    def _bound_then_moved(self, node: cst.Call) -> None:
+        """``z = torch.randn(n, d)`` ... ``z = z.to(device)``: the same host fill and copy, across
+        statements; reported at the factory, fixed by creating there and dropping the move."""
+        found = bound_factory_move(self.ctx, node, tuple(self.option("device-names")))
+        if found is None:
+            return
+        factory_call, factory, move, _, moved = found
+        grad = find_keyword(factory_call, "requires_grad")
+        if factory in NO_HOST_FILL or grad is not None and not is_literal(grad.value, False) \
+                or find_keyword(factory_call, "device") is not None:
+            return  # nothing to save; TL102's non-leaf; or made on a device on purpose
+        name = node.func.value.value
+        self.report(factory_call, f"`{name} = torch.{factory}(...)` is filled on the CPU, then copied to the device by "
+                                  f"`{name} = {name}.{move.method}(...)`; create it there with `device=`",
+                    self._create_there(factory_call, factory, move, moved))
+
+    def _create_there(self, factory_call: cst.Call, factory: str, move, moved: cst.SimpleStatementLine):
+        """``device=`` (and the move's dtype) on the factory, and the move statement gone: safe as
+        create_on_device is, for a deterministic factory and a device that means the same there."""
+        if not move.understood or any(a.star == "**" for a in factory_call.args) \
+                or any(find_keyword(factory_call, k) is not None for k in ("pin_memory", "generator")):
+            return None
+        new = set_keyword(factory_call, "device", move.device)
+        safe = factory in DETERMINISTIC_FACTORIES and move.certain
+        if move.dtype is not None:
+            if find_keyword(factory_call, "dtype") is not None:
+                return None
+            new = set_keyword(new, "dtype", move.dtype)
+            safe = safe and factory in EXACT_FACTORIES
+        fix = self.fix_builder("Create the tensor on the device", "safe" if safe else "unsafe")
+        return fix.remove_statement(moved, [(factory_call, new)]).build()
+

@@ -252,11 +252,13 @@ def statement_edit(ctx: RuleContext, old: cst.CSTNode, new: Sequence[cst.BaseSta
     return NodeEdit(old, text[len(indent):] if text.startswith(indent) else text, "replace")
 
 
-def removal_edit(ctx: RuleContext, statement: cst.BaseStatement) -> NodeEdit | None:
+def removal_edit(ctx: RuleContext, statement: cst.BaseStatement,
+                 replacements: Sequence[tuple[cst.CSTNode, cst.CSTNode]] = ()) -> NodeEdit | None:
     """An edit that deletes a statement (an ancestor of the current node) with its lines; its
     own leading comment lines move to the statement after it. A statement alone in its block
     becomes ``pass``. None when that cannot be done cleanly (several statements on one line,
-    or comment lines above the last statement of a block)."""
+    or comment lines above the last statement of a block). ``replacements`` (old node, new node)
+    are made in the same edit, in other statements of the block (two edits would overlap)."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) != 1:
         return None
     index = next(i for i, node in enumerate(ctx.ancestors) if node is statement)
@@ -280,6 +282,8 @@ def removal_edit(ctx: RuleContext, statement: cst.BaseStatement) -> NodeEdit | N
         new_body = body[:position] + [following.with_changes(
             leading_lines=[*moved, *following.leading_lines])] + body[position + 2:]
     new_block = block.with_changes(body=new_body)
+    for old, new in replacements:
+        new_block = new_block.deep_replace(old, new)
     # The edit covers the innermost enclosing statement whose span does not end inside the
     # removed statement (the text after a span stays, and must not be the removed newline).
     for i in range(index - 2, 0, -1):
@@ -421,9 +425,11 @@ class FixBuilder:
         """Replace a statement (the current node or an ancestor) by statements (see statement_edit)."""
         return self.add(statement_edit(self.ctx, old, new))
 
-    def remove_statement(self, statement: cst.BaseStatement) -> FixBuilder:
-        """Delete a statement (an ancestor of the current node) with its line (see removal_edit)."""
-        return self.add(removal_edit(self.ctx, statement))
+    def remove_statement(self, statement: cst.BaseStatement,
+                         replacements: Sequence[tuple[cst.CSTNode, cst.CSTNode]] = ()) -> FixBuilder:
+        """Delete a statement (an ancestor of the current node) with its line, and make
+        ``replacements`` in the rest of its block (see removal_edit)."""
+        return self.add(removal_edit(self.ctx, statement, replacements))
 
     def ensure_import(self, module: str, name: str | None = None) -> str | None:
         """The local name of ``module`` (or ``module.name``), adding the import when the file lacks
