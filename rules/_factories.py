@@ -16,6 +16,7 @@ from torchlint.fixes import FixSpec, set_keyword
 from torchlint.rule import Rule, RuleContext
 
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+VARIABLE = frozenset({"torch.autograd.Variable", "torch.autograd.variable.Variable"})
 # Factories that make the tensor where it will be anyway: `zeros_like(x)` where `x` is, and
 # `tensor(data)`/`as_tensor(data)` from host data that must be copied to the device either way.
 # Moving one of them buys nothing worth a finding about speed.
@@ -33,9 +34,17 @@ def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
     """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
     precheck twin of factory_move."""
     wanted = index.names(names)
-    return [call.func.value for call in index.calls("cuda", "to") if isinstance(call.func, ast.Attribute)
-            and isinstance(call.func.value, ast.Call) and ast_callee(call.func.value) in wanted
-            and ast_may_move(index, call)]
+    variables = index.names(["Variable"])
+    moved = []
+    for call in index.calls("cuda", "to"):
+        if not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Call):
+            continue
+        made = call.func.value
+        if ast_callee(made) in variables and len(made.args) == 1 and isinstance(made.args[0], ast.Call):
+            made = made.args[0]  # Variable(torch.zeros(n)).cuda()
+        if ast_callee(made) in wanted and ast_may_move(index, call):
+            moved.append(made)
+    return moved
 
 
 def ast_rebound_moves(index: SyntaxIndex) -> bool:
@@ -99,13 +108,22 @@ def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] 
     move = node.func
     if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
         return None
-    factory = tensor_factory(move.value, ctx.bindings)
+    made = _unwrapped(move.value, ctx)
+    factory = tensor_factory(made, ctx.bindings)
     if factory is None:
         return None
     target = ctx.devices.move(node, extra_names)
     if target is None or target.to_cpu:
         return None
-    return move.value, factory, target
+    return made, factory, target
+
+
+def _unwrapped(value: cst.Call, ctx: RuleContext) -> cst.BaseExpression:
+    """``Variable(t)`` -> ``t``: the pre-0.4 wrapper, which gives the same values, on the same device."""
+    if ctx.qualified_name(value.func) in VARIABLE and len(value.args) == 1 and value.args[0].keyword is None \
+            and not value.args[0].star:
+        return value.args[0].value
+    return value
 
 
 def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
@@ -147,6 +165,8 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
             return None  # two conversions: their order matters
         new = set_keyword(new, "dtype", move.dtype)
         safe = safe and factory in EXACT_FACTORIES
+    if node.func.value is not factory_call:  # `Variable(factory(...)).cuda()` -> `Variable(factory(..., device=))`
+        new = node.func.value.deep_replace(factory_call, new)
     new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
     return rule.fix("Create the tensor on the device", rule.replace(node, new),
                     applicability="safe" if safe and not repairs else "unsafe")

@@ -105,7 +105,8 @@ class MoveAfterCreate(Rule):
         factory_call, factory, move = found
         if creates_non_leaf(self.ctx, factory_call) or factory in NO_HOST_FILL:
             return  # TL102 requires-grad-then-move; or a tensor the move does not make faster
-        shown = f"torch.{factory}(...).{move.method}(...)"
+        made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
+        shown = f"{made}.{move.method}(...)"
         self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; create it on the device "
                                   "with `device=`", create_on_device(self, node, factory_call, factory, move))
 
