@@ -16,7 +16,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from torchlint.analysis.syntax import dotted_name, small_statements, statements
+from torchlint.analysis.syntax import dotted_name, literal_value, same_literal, small_statements, statements
 from torchlint.analysis.walk import walk
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),
@@ -121,6 +121,20 @@ class Bindings:
         """The value of a name assigned exactly once in the file, else None."""
         values = self.values(name)
         return values[0] if len(values) == 1 else None
+
+    def literal(self, name: str) -> tuple[bool, object]:
+        """(True, value) when every binding of the plain ``name`` in the file assigns it the same
+        literal (``NUM_WORKERS = 0``, twice or once), else (False, None): a name also bound another
+        way (imported, ``+=``, a ``for`` target, a definition) may hold anything. Parameters are not
+        bindings here: a caller asking about a name inside a function checks that the function
+        does not take it as a parameter."""
+        values = self.values(name)
+        if "." in name or not values or self.count(name) != len(values) or any(v is None for v in values):
+            return False, None
+        known = [literal_value(value) for value in values]
+        if not all(ok for ok, _ in known) or any(not same_literal(v, known[0][1]) for _, v in known):
+            return False, None
+        return known[0]
 
     @cached_property
     def _counts(self) -> dict[str, int]:
