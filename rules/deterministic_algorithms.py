@@ -54,13 +54,14 @@ for images, labels in loader:
 
 No fix: whether a run must be reproducible is the author's decision. The rule reports only a
 literal `True`, in a file that trains (a training loop, or a Lightning/Hugging Face `Trainer`)
-and runs as a program (an `if __name__ == "__main__":` block or a training loop outside any
-function); seed helpers in modules that such scripts import are not seen. It stays silent for
-`False` and for values that are not literals (`cudnn.deterministic = args.deterministic`), under
-an `if` or a conditional expression (an option the user chose; `if __name__ == "__main__":`
-excepted), in code for other torch versions, and in tests. The cuDNN auto-tuner rule
-(`cudnn-benchmark`) never advises `cudnn.benchmark = True` in a file that sets deterministic mode,
-so the two never contradict each other.
+and runs as a program (an `if __name__ == "__main__":` block, a training loop outside any
+function, or a notebook); seed helpers in modules that such scripts import are not seen. It stays
+silent for `False` and for values that are not literals (`cudnn.deterministic =
+args.deterministic`), under an `if` or a conditional expression (an option the user chose;
+`if __name__ == "__main__":` and `if torch.cuda.is_available():` excepted), in code for other
+torch versions, and in tests. The cuDNN auto-tuner rule (`cudnn-benchmark`) never advises
+`cudnn.benchmark = True` in a file that sets deterministic mode, so the two never contradict each
+other.
 
 ## References
 
@@ -81,6 +82,7 @@ from torchlint.rule import Rule, SyntaxIndex
 
 # Words that show a file trains through a framework's loop rather than one of its own.
 FRAMEWORK_TRAINING = ("Trainer(", ".fit(", "training_step")
+CUDA_AVAILABLE = "torch.cuda.is_available"
 
 
 class DeterministicAlgorithms(Rule):
@@ -93,7 +95,8 @@ class DeterministicAlgorithms(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_switches_deterministic_on(index) and ast_is_script(index)
+        return ast_switches_deterministic_on(index) and (ast_is_script(index)
+                                                         or (index.path or "").endswith(".ipynb"))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._check(node, "`torch.backends.cudnn.deterministic = True` limits cuDNN to its deterministic algorithms")
@@ -111,15 +114,20 @@ class DeterministicAlgorithms(Rule):
 
     def _unconditional(self) -> bool:
         """Not under an ``if``/``else`` or a conditional expression (a choice the user makes per
-        run), other than ``if __name__ == "__main__":``."""
+        run), other than ``if __name__ == "__main__":`` and ``if torch.cuda.is_available():`` (which
+        asks what the machine has, not what the user wants)."""
         for parent in self.ctx.ancestors[:-1]:
-            if isinstance(parent, (cst.If, cst.Else, cst.IfExp)) and not (isinstance(parent, cst.If)
-                                                                          and is_main_guard(parent)):
+            if isinstance(parent, cst.IfExp) or isinstance(parent, cst.Else):
+                return False
+            if isinstance(parent, cst.If) and not is_main_guard(parent) \
+                    and not (isinstance(parent.test, cst.Call) and not parent.test.args
+                             and self.ctx.qualified_name(parent.test.func) == CUDA_AVAILABLE):
                 return False
         return True
 
     def _training_script(self) -> bool:
-        """The file runs as a program and trains: a training loop of its own, or a framework's."""
-        programs = self.ctx.programs
-        return programs.is_script and (bool(self.ctx.loops.training_loops)
-                                       or any(word in self.ctx.code for word in FRAMEWORK_TRAINING))
+        """The file runs as a program (a notebook runs top to bottom too) and trains: a training
+        loop of its own, or a framework's."""
+        if not (self.ctx.programs.is_script or self.ctx.path.endswith(".ipynb")):
+            return False
+        return bool(self.ctx.loops.training_loops) or any(word in self.ctx.code for word in FRAMEWORK_TRAINING)

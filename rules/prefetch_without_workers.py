@@ -37,8 +37,9 @@ The rule reports only a loader whose `num_workers` is provably 0: absent, a lite
 that every assignment in the file sets to `0` (and that no enclosing function takes as a
 parameter). It stays silent for `num_workers=args.workers` and other values that may be more than
 0, for `prefetch_factor=None`, `persistent_workers=False` or a non-literal value, for a call that
-passes `*args` or `**kwargs` (which may carry `num_workers`), and in code for other torch
-versions. Both options exist since torch 1.7; for a target torch older than 2.0,
+passes `*args` or `**kwargs` (which may carry `num_workers`), in code for other torch versions,
+and in tests and under `pytest.raises`/`assertRaises` (which may build such a loader to check
+that torch refuses it). Both options exist since torch 1.7; for a target torch older than 2.0,
 `prefetch_factor=2` is the default and raises only once the code runs on torch 2.0 or newer, which
 the message says.
 
@@ -57,7 +58,8 @@ import libcst as cst
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, is_dataloader_call, known_value,
                                     without_workers)
-from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, find_keyword, function_parameters, same_literal
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_keyword, function_parameters,
+                                       same_literal)
 from torchlint.fixes import remove_arg
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -96,7 +98,7 @@ class PrefetchWithoutWorkers(Rule):
         offending = [arg for arg in map(lambda option: find_keyword(node, option), WORKER_OPTIONS)
                      if arg is not None and self._needs_workers(arg, parameters)]
         if not offending or not without_workers(node, self.ctx.bindings, parameters) \
-                or self.ctx.compat.in_fallback():
+                or self.ctx.compat.in_fallback() or self._expects_the_error():
             return
         new = node
         for arg in offending:
@@ -109,6 +111,14 @@ class PrefetchWithoutWorkers(Rule):
         self.report(node, f"`DataLoader` without worker processes (`num_workers` is 0) raises a `ValueError`{later} "
                           f"for {written}; drop {pronoun}, or set `num_workers` > 0",
                     self.fix("Drop the options that need workers", self.replace(node, new)))
+
+    def _expects_the_error(self) -> bool:
+        """In a test (which may build the loader to check that torch refuses it), or under
+        ``with pytest.raises(...)``/``self.assertRaises(...)``."""
+        if self.ctx.programs.in_test_code():
+            return True
+        return any(isinstance(item.item, cst.Call) and (dotted_name(item.item.func) or "").lower().endswith("raises")
+                   for statement in self.ctx.enclosing(cst.With) for item in statement.items)
 
     def _needs_workers(self, arg: cst.Arg, parameters: set[str]) -> bool:
         """Does this option's value make the constructor require workers?"""
