@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.syntax import ast_find_keyword, dotted_name, find_argument, has_star_args
+from torchlint.analysis.syntax import ast_find_keyword, find_argument, has_star_args
 from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -104,7 +104,7 @@ class CheckpointUseReentrant(Rule):
         if any(a.star == "**" for a in node.args) or position is not None and has_star_args(node) \
                 or find_argument(node, "use_reentrant", position) is not None:
             return
-        if self.ctx.bindings.count(dotted_name(node.func).split(".")[0]) > 1 or self.ctx.compat.in_fallback():
+        if self.ctx.bindings.ambiguous(node.func) or self.ctx.compat.in_fallback():
             return  # the name may mean another `checkpoint`; or code kept for other torch versions
         shown = name.rsplit(".", 1)[1]
         fix = self.fix("Pass `use_reentrant=False`",

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, dotted_name, find_argument,
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument,
                                        find_keyword, has_star_args)
 from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, SyntaxIndex
@@ -89,7 +89,7 @@ class LoadWeightsOnly(Rule):
                 or find_keyword(node, "weights_only") is not None \
                 or find_argument(node, "pickle_module", PICKLE_MODULE_POSITION) is not None:
             return
-        if self.ctx.bindings.count(dotted_name(node.func).split(".")[0]) > 1 or self.ctx.compat.in_fallback():
+        if self.ctx.bindings.ambiguous(node.func) or self.ctx.compat.in_fallback():
             return  # the name may mean another `load`; or code kept for other torch versions
         fix = self.fix("Pass `weights_only=True`", self.replace(node, set_keyword(node, "weights_only", cst.Name("True"))))
         self.report(node, "`torch.load` without `weights_only=` unpickles whatever the file holds, running any code it "

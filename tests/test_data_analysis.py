@@ -1,5 +1,6 @@
-"""The semantic model's answers about data loading (analysis/data.py) and the literal a name
-always holds (Bindings.literal), which the DataLoader rules read."""
+"""The semantic model's answers about data loading (analysis/data.py), the literal a name always
+holds (Bindings.literal) and whether a name means one thing (Bindings.ambiguous), which the
+DataLoader, torch.load and checkpoint rules read."""
 
 from __future__ import annotations
 
@@ -70,3 +71,15 @@ def test_a_parameter_hides_the_module_level_name():
     assert without_workers(node, bindings, parameters={"ds", "WORKERS"}) is False
     assert known_value(cst.Name("WORKERS"), bindings, {"WORKERS"}) == (False, None)
     assert known_value(cst.Integer("2"), bindings, {"WORKERS"}) == (True, 2)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from torch import load\n", False),
+    ("import torch\nimport torch.nn\n", False),  # both bind `torch` to torch
+    ("try:\n    from safetensors.torch import load_file as load\nexcept ImportError:\n    from torch import load\n", True),
+    ("from torch import load\nload = other\n", True),
+])
+def test_a_name_bound_to_more_than_one_thing_is_ambiguous(source, expected):
+    _, bindings = parse(source)
+    name = "torch.load" if "import torch\n" in source else "load"
+    assert bindings.ambiguous(cst.parse_expression(name)) is expected

@@ -154,6 +154,13 @@ class Bindings:
         than once may not mean what its import says everywhere."""
         return self._counts.get(name, 0)
 
+    def ambiguous(self, expr: cst.BaseExpression) -> bool:
+        """Is the name a dotted expression starts with bound to more than one thing in the file
+        (``load`` imported from torch in one branch and from elsewhere in another, or assigned
+        too)? Its qualified name then says what it may mean, not what it means."""
+        name = dotted_name(expr)
+        return name is not None and self.count(name.split(".")[0]) > 1
+
     def is_bound(self, name: str) -> bool:
         return name in self._counts
 
