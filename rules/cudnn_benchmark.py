@@ -51,7 +51,8 @@ bitwise reproducible, and each new input shape pays a benchmarking pass, which m
 shape changes every batch (variable-length sequences, multi-scale training) slower, not faster.
 The rule stays silent when the file's code (not a comment or docstring) mentions `cudnn.benchmark`
 or `cudnn.deterministic` at all, or
-calls `torch.use_deterministic_algorithms`, and when it shows signs of inputs of varying shape
+calls `torch.use_deterministic_algorithms` (deterministic mode is detected through any import
+spelling, so this rule and `deterministic-algorithms` never give contradicting advice), and when it shows signs of inputs of varying shape
 (`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
 training). Models defined in another module than the training loop are not seen. The fix adds the
 setting after the script's imports, when it imports `torch` at the top.
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import re
 
+from torchlint.analysis.reproducibility import deterministic_settings
 from torchlint.rules._script import WholeScriptRule
 
 VARIABLE_SHAPES = re.compile(r"pad_sequence|pack_padded_sequence|PackedSequence|collate_fn|multi_?scale|"
@@ -87,4 +89,7 @@ class CudnnBenchmark(WholeScriptRule):
                "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape")
 
     def wanted(self) -> bool:
-        return not VARIABLE_SHAPES.search(self.ctx.code) and bool(self.ctx.modules.convolution_dimensions)
+        # a file that sets deterministic mode in any spelling (`cb.deterministic = True` after
+        # `import torch.backends.cudnn as cb`) has chosen reproducibility: never advise against it
+        return not VARIABLE_SHAPES.search(self.ctx.code) and bool(self.ctx.modules.convolution_dimensions) \
+            and not deterministic_settings(self.ctx.module, self.ctx.bindings)

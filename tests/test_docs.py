@@ -10,7 +10,8 @@ import libcst as cst
 import pytest
 
 from torchlint import docs
-from torchlint.config import resolve_settings
+from torchlint.analysis.versions import version_matches
+from torchlint.config import NEWEST_TORCH, resolve_settings
 from torchlint.engine import lint_source
 from torchlint.output import docs_url
 from torchlint.rule import all_rules
@@ -49,10 +50,20 @@ def first_block(docs_text: str, section: str) -> str | None:
     return blocks[0] if blocks else None
 
 
+def example_torch(rule) -> str | None:
+    """The newest torch a rule applies to, for a rule whose ``torch_versions`` leaves out the newest
+    (``load-weights-only`` is about torch < 2.6); None (the default target) for the others."""
+    if not rule.torch_versions or version_matches(rule.torch_versions, NEWEST_TORCH):
+        return None
+    candidates = [(2, minor) for minor in range(NEWEST_TORCH[1], -1, -1)] + [(1, minor) for minor in range(13, -1, -1)]
+    found = next(v for v in candidates if version_matches(rule.torch_versions, v))
+    return ".".join(map(str, found))
+
+
 def findings_of(rule, code: str, tmp_path) -> list[str]:
     source = rule.example_prelude + code
     cst.parse_module(source)  # the block parses, with the prelude
-    settings = resolve_settings(tmp_path, isolated=True, select=[rule.code])
+    settings = resolve_settings(tmp_path, isolated=True, select=[rule.code], target_torch=example_torch(rule))
     return [d.code for d in lint_source(source, "train.py", settings) if d.code == rule.code]
 
 

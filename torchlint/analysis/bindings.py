@@ -16,7 +16,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from torchlint.analysis.syntax import dotted_name, small_statements, statements
+from torchlint.analysis.syntax import dotted_name, literal_value, same_literal, small_statements, statements
 from torchlint.analysis.walk import walk
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),
@@ -122,6 +122,20 @@ class Bindings:
         values = self.values(name)
         return values[0] if len(values) == 1 else None
 
+    def literal(self, name: str) -> tuple[bool, object]:
+        """(True, value) when every binding of the plain ``name`` in the file assigns it the same
+        literal (``NUM_WORKERS = 0``, twice or once), else (False, None): a name also bound another
+        way (imported, ``+=``, a ``for`` target, a definition) may hold anything. Parameters are not
+        bindings here: a caller asking about a name inside a function checks that the function
+        does not take it as a parameter."""
+        values = self.values(name)
+        if "." in name or not values or self.count(name) != len(values) or any(v is None for v in values):
+            return False, None
+        known = [literal_value(value) for value in values]
+        if not all(ok for ok, _ in known) or any(not same_literal(v, known[0][1]) for _, v in known):
+            return False, None
+        return known[0]
+
     @cached_property
     def _counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -139,6 +153,13 @@ class Bindings:
         (``import torch`` and ``import torch.nn`` both bind ``torch`` to torch). A name bound more
         than once may not mean what its import says everywhere."""
         return self._counts.get(name, 0)
+
+    def ambiguous(self, expr: cst.BaseExpression) -> bool:
+        """Is the name a dotted expression starts with bound to more than one thing in the file
+        (``load`` imported from torch in one branch and from elsewhere in another, or assigned
+        too)? Its qualified name then says what it may mean, not what it means."""
+        name = dotted_name(expr)
+        return name is not None and self.count(name.split(".")[0]) > 1
 
     def is_bound(self, name: str) -> bool:
         return name in self._counts

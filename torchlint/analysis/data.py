@@ -4,12 +4,14 @@ datasets, and the distributed wrappers that decide how data is split."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, find_argument
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument, has_star_args,
+                                       literal_value, same_literal)
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # DataLoader's parameters that may be passed by position, in order (the rest are keyword-only).
@@ -34,6 +36,30 @@ def dataloader_argument(call: cst.Call, name: str) -> cst.Arg | None:
     (``num_workers`` is the sixth positional argument)."""
     index = DATALOADER_POSITIONAL.index(name) if name in DATALOADER_POSITIONAL else None
     return find_argument(call, name, index)
+
+
+def known_value(expr: cst.BaseExpression, bindings: Bindings, parameters: Collection[str] = ()) -> tuple[bool, object]:
+    """(True, value) for an argument whose value is known: a literal, or a plain name that every
+    binding in the file assigns that literal and that is not one of ``parameters`` (the enclosing
+    functions' parameters, which hide it); else (False, None)."""
+    known = literal_value(expr)
+    if known[0] or not isinstance(expr, cst.Name) or expr.value in parameters:
+        return known
+    return bindings.literal(expr.value)
+
+
+def without_workers(call: cst.Call, bindings: Bindings, parameters: Collection[str] = ()) -> bool:
+    """Does a DataLoader call load its batches in the main process, provably: ``num_workers``
+    absent (its default is 0), a literal 0, or a name only ever assigned 0 (see ``known_value``)?
+    ``*args``/``**kwargs`` may carry it, and ``args.workers``, a parameter or a name assigned
+    other values may be more than 0: those are not known to be 0."""
+    if has_star_args(call):
+        return False
+    workers = dataloader_argument(call, "num_workers")
+    if workers is None:
+        return True
+    known, value = known_value(workers.value, bindings, parameters)
+    return known and same_literal(value, 0)
 
 
 def ast_dataloader_calls(index: SyntaxIndex) -> list[ast.Call]:
