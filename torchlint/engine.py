@@ -20,7 +20,7 @@ from torchlint import guards
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.programs import is_test_file
 from torchlint.analysis.syntax import ast_first_line
-from torchlint.analysis.walk import walk
+from torchlint.analysis.walk import forget_children, walk
 from torchlint.context import RuleContext, project_modules
 from torchlint.diagnostics import Diagnostic, Edit, Severity, apply_edits
 from torchlint.fixes import NodeEdit
@@ -319,6 +319,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     except RecursionError:  # a shape the depth check does not see (`a and b and ...`, "a" "b" ...)
         return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "
                                    "or exclude the file")]
+    finally:
+        forget_children()
     if "\f" in source and module.code != source:
         # LibCST renders a block indented with a form feed with the form feed on every line, so
         # its columns there are off by one and a fix would land beside its target: report, but

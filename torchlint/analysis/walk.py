@@ -52,18 +52,49 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The node's children that rules can see, in source order."""
+    """The node's children that rules can see, in source order (the list is shared: do not change it)."""
+    entry = _children.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
     out = []
     for name in _fields.get(type(node)) or _child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if type(value) not in SKIPPED_TYPES:
-                out.append(value)
-        elif type(value) in (tuple, list):
+        kind = type(value)
+        if kind is tuple or kind is list:
             for item in value:
-                if isinstance(item, cst.CSTNode) and type(item) not in SKIPPED_TYPES:
+                seen = _visible.get(type(item))
+                if seen is None:
+                    seen = _is_visible(type(item))
+                if seen:
                     out.append(item)
+        else:
+            seen = _visible.get(kind)
+            if seen is None:
+                seen = _is_visible(kind)
+            if seen:
+                out.append(value)
+    if len(_children) >= MAX_REMEMBERED:
+        _children.clear()
+    _children[id(node)] = (node, out)  # the node is kept with its entry, so its id is not reused meanwhile
     return out
+
+
+# A file's tree is walked a dozen times (the rules' walk, and each analysis that reads a function or
+# the module); the children of each node are found once. The engine forgets them after each file.
+MAX_REMEMBERED = 1 << 21
+_children: dict[int, tuple[cst.CSTNode, list[cst.CSTNode]]] = {}
+_visible: dict[type, bool] = {}
+
+
+def _is_visible(kind: type) -> bool:
+    """A LibCST node that rules see (isinstance on LibCST's abstract base is slow: once per type)."""
+    _visible[kind] = visible = issubclass(kind, cst.CSTNode) and kind not in SKIPPED_TYPES
+    return visible
+
+
+def forget_children() -> None:
+    """Drop what ``children`` remembers (after a file: its nodes may then be freed)."""
+    _children.clear()
 
 
 def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
