@@ -131,7 +131,88 @@ def main() -> None:
         rows.append(measure("torchlint on torch's own sources, warm", warm, args.repeat))
         shutil.rmtree(torch_cache, ignore_errors=True)
     shutil.rmtree(cache, ignore_errors=True)
+    rows += issue_16_rows(args, torchlint, peers)
     write_report(args.out, rows, files, lines)
+
+
+TRAINING = "torchlint --select ALL --no-cache -j1 on the training corpus (cold, one process)"
+TRAINING_RUFF = "ruff on the training corpus, one thread (RAYON_NUM_THREADS=1)"
+LARGE = "torchlint on one 3,000-line training file (bench/.work/large_train.py), cold"
+LSP_OPEN = "language server: open the 3,000-line file to its diagnostics"
+LSP_EDIT = "language server: one-line edit to new diagnostics, after the debounce pause"
+
+
+def issue_16_rows(args, torchlint: list[str], peers: Path) -> list[dict]:
+    """The rows of issue 16: real training code against Ruff, one large file on the command line and
+    in the language server, and files of 1, 5 and 50 MB."""
+    rows = []
+    training, large = args.work / "training", args.work / "large_train.py"
+    if training.is_dir():
+        t_files, t_lines = count_lines([training])
+        print(f"training corpus: {t_files} files, {t_lines} lines")
+        rows.append(measure(f"{TRAINING} ({t_files} files, {t_lines} lines)",
+                            [*torchlint, "check", "--isolated", "--select", "ALL", "--exit-zero", "-q", "--no-cache",
+                             "-j1", str(training)], args.repeat))
+        rows.append(measure(TRAINING_RUFF, [str(peers / "ruff" / "bin" / "ruff"), "check", "--isolated", "--select",
+                                            "ALL", "--no-cache", "--exit-zero", "-q", str(training)],
+                            args.repeat, env={"RAYON_NUM_THREADS": "1"}))
+    if not large.is_file():
+        return rows
+    rows.append(measure(LARGE, [*torchlint, "--isolated", "--no-cache", "--exit-zero", "-q", str(large)], args.repeat))
+    sys.path.insert(0, str(HERE))
+    import lsp_timing  # noqa: PLC0415 - bench/ is not a package
+
+    lsp = lsp_timing.measure(large, args.repeat)
+    rows.append({"name": LSP_OPEN, "median_s": lsp["open_s"], "runs": lsp["open_runs"], "peak_rss": 0,
+                 "exit_codes": [0], "command": f"python bench/lsp_timing.py {large}"})
+    rows.append({"name": LSP_EDIT, "median_s": lsp["edit_after_pause_s"],
+                 "runs": [t - lsp_timing.DEBOUNCE_SECONDS for t in lsp["edit_runs"]], "peak_rss": 0,
+                 "exit_codes": [0], "command": f"python bench/lsp_timing.py {large}"})
+    sizes = Path(tempfile.mkdtemp(prefix="torchlint-bench-sizes-"))
+    text = large.read_text(encoding="utf-8")
+    for megabytes in (1, 5, 50):
+        copies = max(1, round(megabytes * 1_000_000 / len(text.encode("utf-8"))))
+        path = sizes / f"train_{megabytes}mb.py"
+        path.write_text(text * copies, encoding="utf-8")
+        size = path.stat().st_size / 1e6
+        limit = ["--config", str(_size_config(sizes, path.stat().st_size + 1))] if megabytes == 1 else ["--isolated"]
+        rows.append(measure(f"torchlint on a {size:.1f} MB file" + (" (analysed: max-file-size raised)"
+                                                                    if megabytes == 1 else " (past max-file-size)"),
+                            [*torchlint, *limit, "--no-cache", "--exit-zero", "-q", str(path)], 1))
+    shutil.rmtree(sizes, ignore_errors=True)
+    return rows
+
+
+def _size_config(folder: Path, size: int) -> Path:
+    config = folder / "torchlint.yaml"
+    config.write_text(f"max-file-size: {size}\n", encoding="utf-8")
+    return config
+
+
+def issue_16_targets(by: dict, rows: list[dict]) -> list[str]:
+    def target(text: str, met: bool) -> str:
+        return f"- {text}: {'met' if met else 'NOT met'}"
+
+    out = ["", "Against the targets of issue 16:", ""]
+    training = next((r for r in rows if r["name"].startswith(TRAINING)), None)
+    if training is not None and TRAINING_RUFF in by:
+        ratio = training["median_s"] / by[TRAINING_RUFF]["median_s"]
+        out.append(target(f"training corpus cold -j1 within 2x of ruff on one thread: {ratio:.1f}x", ratio <= 2))
+    if LARGE in by:
+        out.append(target(f"one 3,000-line file, cold, 0.5 s or less: {by[LARGE]['median_s']:.2f} s",
+                          by[LARGE]["median_s"] <= 0.5))
+    if LSP_OPEN in by:
+        out.append(target(f"language server, open to diagnostics in 1 s or less: {by[LSP_OPEN]['median_s']:.2f} s",
+                          by[LSP_OPEN]["median_s"] <= 1))
+        out.append(target(f"language server, a one-line edit to diagnostics in 0.3 s or less after the pause: "
+                          f"{by[LSP_EDIT]['median_s']:.2f} s", by[LSP_EDIT]["median_s"] <= 0.3))
+    out.append(target(f"one small file end to end in 0.15 s or less: {by[SMALL]['median_s']:.2f} s",
+                      by[SMALL]["median_s"] <= 0.15))
+    for r in rows:
+        if r["name"].startswith("torchlint on a 5.") or r["name"].startswith("torchlint on a 4."):
+            out.append(target(f"{r['name']}: {r['median_s']:.1f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
+                              "(10 s and 1 GB or less)", r["median_s"] <= 10 and r["peak_rss"] <= 1e9))
+    return out
 
 
 def write_report(out: Path, rows: list[dict], files: int, lines: int) -> None:
@@ -170,6 +251,7 @@ def write_report(out: Path, rows: list[dict], files: int, lines: int) -> None:
         if r["name"].startswith("torchlint on torch"):
             lines_out.append(target(f"{r['name']}: {r['median_s']:.1f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
                                     "(400 MB or less)", r["peak_rss"] <= 400e6))
+    lines_out += issue_16_targets(by, rows)
     lines_out += ["", "Commands:", ""] + [f"- {r['name']}: `{r['command']}`" for r in rows]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines_out) + "\n", encoding="utf-8")
