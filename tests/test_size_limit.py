@@ -50,3 +50,10 @@ def test_far_over_the_limit_not_even_the_syntax_is_checked(tmp_path):
     # past 8 times the limit CPython's compiler would take about 80 MB of memory per MB of source
     [only] = lint_source(SCRIPT + "x = (\n" + "# padding\n" * 100, str(tmp_path / "train.py"), settings_with(tmp_path, 100))
     assert only.code == "TL000" and "not even its syntax was checked" in only.message
+
+
+def test_a_large_file_that_no_rule_reads_deeply_is_not_a_finding(tmp_path):
+    # torch's own 1 MB stubs (_VariableFunctions.pyi) name `cuda` and `to` but reach no rule's
+    # analysis: they cost a CPython parse, not LibCST's, so the limit does not apply
+    stub = "import torch\n\n" + "def to(self, device: torch.device) -> Tensor: ...\n" * 40
+    assert lint_source(stub, str(tmp_path / "stub.pyi"), settings_with(tmp_path, 100)) == []

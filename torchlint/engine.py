@@ -157,26 +157,18 @@ _CANNOT_ANALYZE = "torchlint cannot analyze this file"
 SYNTAX_CHECK_FACTOR = 8  # past max-file-size, Python's syntax check still runs up to 8 times the limit
 
 
-def _too_large(source: str, path: str, limit: int | None) -> list[Diagnostic] | None:
-    """Past ``max-file-size``, Python's syntax check and a TL000 that says why nothing else ran."""
-    if not limit or len(source) <= limit // 4 or len(source.encode("utf-8", "surrogatepass")) <= limit:
-        return None
-    size = len(source.encode("utf-8", "surrogatepass"))
-    checked = "only its syntax was checked"
-    if size > SYNTAX_CHECK_FACTOR * limit:  # CPython's compiler takes about 80 MB of memory per MB
-        checked = "not even its syntax was checked"
-    else:
-        try:  # CPython's compiler only (not its Python-level tree, nor LibCST: seconds per MB)
-            _python_compile(source, 0)
-        except SyntaxError:
-            error = _python_syntax_error(source)  # the parser's error, not the compiler's (`return` outside a function)
-            if error is not None and error.lineno:
-                return [_cpython_error(path, error)]
-        except (ValueError, RecursionError, MemoryError):
-            pass
-    return [syntax_error(
-        path, f"{_CANNOT_ANALYZE}: it is {size / (1 << 20):.1f} MiB, over the `max-file-size` of "
-              f"{limit / (1 << 20):.1f} MiB; {checked} (raise `max-file-size` to lint it, or exclude the file)")]
+def _size(source: str, limit: int | None) -> int:
+    """The file's size in UTF-8 bytes where it matters (0 when it is surely under ``limit``)."""
+    if not limit or len(source) <= limit // 4:
+        return 0
+    return len(source.encode("utf-8", "surrogatepass"))
+
+
+def _not_analysed(path: str, size: int, limit: int, checked: str) -> Diagnostic:
+    """Past ``max-file-size``: a TL000 that says why no rule ran."""
+    return syntax_error(path, f"{_CANNOT_ANALYZE}: it is {size / (1 << 20):.1f} MiB, over the `max-file-size` of "
+                              f"{limit / (1 << 20):.1f} MiB; {checked} (raise `max-file-size` to lint it, or "
+                              "exclude the file)")
 
 
 def _python_tree(source: str, path: str) -> tuple[ast.Module | None, Diagnostic | None]:
@@ -282,11 +274,12 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         rules = [rule for rule in rules if rule.kind != "performance"]  # see Rule.report
     candidates = [rule for rule in rules if rule.applies(source) or rule.reaches and _reaches(rule, path, source,
                                                                                              settings)]
+    limit = getattr(settings, "max_file_size", None) or 0
+    size = _size(source, limit)
+    if size > SYNTAX_CHECK_FACTOR * limit:  # CPython's own parser would take about 100 MB per MB
+        return [_not_analysed(path, size, limit, "not even its syntax was checked")]
     if not candidates:
         return _syntax_check(source, path)
-    too_large = _too_large(source, path, getattr(settings, "max_file_size", None))
-    if too_large is not None:
-        return too_large
     tree, refused = _python_tree(source, path)
     if refused is not None:
         return [refused]
@@ -298,6 +291,11 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         too_deep = _too_deep(tree, path)
         if too_deep is not None:
             return [too_deep]
+    if limit and size > limit:  # a file some rule would read with LibCST: seconds per 100 KB
+        error = _python_syntax_error(source) if tree is None else None
+        if error is not None and error.lineno:
+            return [_cpython_error(path, error)]
+        return [_not_analysed(path, size, limit, "only its syntax was checked")]
         first_lines = _statement_lines(tree)
         del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
