@@ -56,4 +56,5 @@ def test_a_large_file_that_no_rule_reads_deeply_is_not_a_finding(tmp_path):
     # torch's own 1 MB stubs (_VariableFunctions.pyi) name `cuda` and `to` but reach no rule's
     # analysis: they cost a CPython parse, not LibCST's, so the limit does not apply
     stub = "import torch\n\n" + "def to(self, device: torch.device) -> Tensor: ...\n" * 40
-    assert lint_source(stub, str(tmp_path / "stub.pyi"), settings_with(tmp_path, 100)) == []
+    assert len(stub) > 1000
+    assert lint_source(stub, str(tmp_path / "stub.pyi"), settings_with(tmp_path, 1000)) == []
