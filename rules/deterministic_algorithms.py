@@ -89,7 +89,7 @@ class DeterministicAlgorithms(Rule):
     code = "TL409"
     name = "deterministic-algorithms"
     kind = "performance"
-    summary = "Deterministic algorithms switched on for a whole training run (reproducible, but slower) (off by default)"
+    summary = "Deterministic algorithms switched on for a whole training run (reproducible, but slower)"
     triggers = ("deterministic",)
     default_enabled = False
 
