@@ -1,5 +1,6 @@
-"""Data loading: ``DataLoader`` calls and the parameters their arguments bind, samplers and
-datasets, and the distributed wrappers that decide how data is split."""
+"""Data loading: ``DataLoader`` calls and the parameters their arguments bind, which loader a loop
+iterates and what holds its batch, samplers and datasets, and the distributed wrappers that decide
+how data is split."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument, has_star_args,
-                                       literal_value, same_literal)
+from torchlint.analysis.loops import unwrapped_iterable
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, dotted_name, find_argument, has_star_args,
+                                       is_literal, literal_value, same_literal, target_names)
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # DataLoader's parameters that may be passed by position, in order (the rest are keyword-only).
@@ -60,6 +62,68 @@ def without_workers(call: cst.Call, bindings: Bindings, parameters: Collection[s
         return True
     known, value = known_value(workers.value, bindings, parameters)
     return known and same_literal(value, 0)
+
+
+def loader_calls(expr: cst.BaseExpression, bindings: Bindings, depth: int = 0) -> list[cst.Call] | None:
+    """The ``DataLoader(...)`` calls a loop over ``expr`` iterates: ``expr`` itself, or every value
+    the file assigns to the name (through ``enumerate``/``tqdm`` wrappers, also when the wrapper is
+    kept under a name: ``pbar = tqdm(loader)``). None when any of them is something else or unknown
+    (a parameter, a ``for`` target, a function's result)."""
+    expr = unwrapped_iterable(expr, bindings)
+    if is_dataloader_call(expr, bindings):
+        return [expr]
+    values = bindings.values(dotted_name(expr)) if isinstance(expr, (cst.Name, cst.Attribute)) else []
+    if not values or depth > 3 or any(value is None for value in values):
+        return None
+    found: list[cst.Call] = []
+    for value in values:
+        calls = loader_calls(value, bindings, depth + 1)
+        if calls is None:
+            return None
+        found += calls
+    return found
+
+
+def pins_memory(call: cst.Call) -> bool | None:
+    """Does a ``DataLoader(...)`` call pin its batches: True for ``pin_memory=True``, False when
+    the argument is absent (the default) or ``False``, None when it cannot be told (another value,
+    ``**kwargs``)."""
+    if any(arg.star == "**" for arg in call.args):
+        return None
+    argument = dataloader_argument(call, "pin_memory")
+    if argument is None or is_literal(argument.value, False):
+        return False
+    return True if is_literal(argument.value, True) else None
+
+
+def batch_parts(loop: cst.For, before: cst.CSTNode | None) -> set[str]:
+    """The names that hold a loop's batch, or parts taken out of it without computing anything
+    (``x, y = batch``, ``images = batch["image"]``, ``inputs = data.x``), at the statement
+    ``before`` of the loop's body: the loop's targets and the plain assignments before it."""
+    names = target_names(loop.target)
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    for statement in body:
+        if statement is before:
+            break
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    bound = set().union(*(target_names(t.target) for t in small.targets))
+                    if is_batch_part(small.value, names):
+                        names |= bound
+                    else:
+                        names -= bound  # rebound to something computed
+    return names
+
+
+def is_batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """Is ``expr`` one of ``names``, or an item or attribute taken out of one (``batch[0]``,
+    ``batch["x"]``, ``batch.x``)? A call (``batch.float()``) computes a new tensor and is not."""
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return bool(expr.elements) and all(is_batch_part(element.value, names) for element in expr.elements)
+    while isinstance(expr, (cst.Subscript, cst.Attribute)):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value in names
 
 
 def ast_dataloader_calls(index: SyntaxIndex) -> list[ast.Call]:

@@ -265,7 +265,11 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
 def iterated_value(loop: cst.For, bindings: Bindings) -> cst.BaseExpression:
     """What a for loop iterates, inside ``enumerate``/``tqdm``/``iter`` wrappers:
     ``for i, (x, y) in enumerate(tqdm(train_loader))`` -> ``train_loader``."""
-    expr = loop.iter
+    return unwrapped_iterable(loop.iter, bindings)
+
+
+def unwrapped_iterable(expr: cst.BaseExpression, bindings: Bindings) -> cst.BaseExpression:
+    """An iterable inside ``enumerate``/``tqdm``/``iter`` wrappers: ``tqdm(loader)`` -> ``loader``."""
     while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star \
             and (dotted_name(expr.func) in ITERATION_WRAPPERS or bindings.qualified_name(expr.func) in ITERATION_WRAPPERS):
         expr = expr.args[0].value
