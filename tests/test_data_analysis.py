@@ -10,7 +10,9 @@ import libcst as cst
 import pytest
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.data import is_dataloader_call, known_value, without_workers
+from torchlint.analysis.data import (batch_parts, is_dataloader_call, known_value, loader_calls, pins_memory,
+                                     without_workers)
+from torchlint.analysis.syntax import statements
 from torchlint.analysis.walk import walk
 
 
@@ -83,3 +85,48 @@ def test_a_name_bound_to_more_than_one_thing_is_ambiguous(source, expected):
     _, bindings = parse(source)
     name = "torch.load" if "import torch\n" in source else "load"
     assert bindings.ambiguous(cst.parse_expression(name)) is expected
+
+
+# --- which loader a loop iterates, whether it pins, what holds its batch (TL206) ---------------------
+
+def loops_of(source: str) -> tuple[cst.Module, Bindings, list[cst.For]]:
+    module = cst.parse_module(source)
+    return module, Bindings(module), [s for s in statements(module.body) if isinstance(s, cst.For)]
+
+
+def test_loader_calls_through_names_and_wrappers():
+    module, bindings, (loop,) = loops_of("from torch.utils.data import DataLoader\n"
+                                         "loader = DataLoader(ds, num_workers=2)\n"
+                                         "bar = tqdm(loader)\n"
+                                         "for i, b in enumerate(bar):\n    pass\n")
+    [call] = loader_calls(loop.iter, bindings)
+    assert module.code_for_node(call) == "DataLoader(ds, num_workers=2)"
+    assert pins_memory(call) is False
+
+
+def test_unknown_loaders():
+    _, bindings, loops = loops_of("from torch.utils.data import DataLoader\n"
+                                  "def f(loader):\n    for b in loader:\n        pass\n"
+                                  "for b in make_loader():\n    pass\n"
+                                  "x = DataLoader(ds)\nx = other\nfor b in x:\n    pass\n")
+    assert [loader_calls(loop.iter, bindings) for loop in loops] == [None, None, None]
+
+
+def test_pins_memory():
+    def pins(arguments: str):
+        module = cst.parse_module(f"DataLoader({arguments})\n")
+        return pins_memory(module.body[0].body[0].value)
+
+    assert [pins("ds"), pins("ds, pin_memory=False"), pins("ds, pin_memory=True"), pins("ds, 8, True, None, None, 0, "
+            "None, True"), pins("ds, pin_memory=args.pin"), pins("ds, **kw")] == [False, False, True, True, None, None]
+
+
+def test_batch_parts_are_taken_out_not_computed():
+    _, _, (loop,) = loops_of("for batch in loader:\n"
+                             "    x, y = batch\n"
+                             "    img = batch['image']\n"
+                             "    z = batch.float()\n"
+                             "    y = y.long()\n"
+                             "    w = (x, img)\n"
+                             "    pass\n")
+    assert batch_parts(loop, loop.body.body[-1]) == {"batch", "x", "img", "w"}
