@@ -90,7 +90,7 @@ class InferenceMode(Rule):
     code = "TL106"
     name = "inference-mode"
     kind = "performance"
-    summary = "`torch.no_grad()` around pure inference, where `torch.inference_mode()` is faster (off by default)"
+    summary = "`torch.no_grad()` around pure inference, where `torch.inference_mode()` is faster"
     fix_applicability = "unsafe"
     triggers = ("no_grad",)
     torch_versions = ">=1.9"
