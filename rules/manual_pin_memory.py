@@ -39,7 +39,7 @@ for x, y in loader:
 ## Fix safety
 
 Unsafe. The fix, offered when the loop iterates one `DataLoader(...)` call with workers
-(`num_workers` given and not 0) and no `pin_memory=` argument, adds `pin_memory=True` to that call
+(`num_workers` not known to be 0) and no `pin_memory=` argument, adds `pin_memory=True` to that call
 and removes the `.pin_memory()` calls on the batch in the loop. The values are the same, but every
 other loop over that loader now gets pinned batches too (pinned memory is taken from the
 operating system's page-locked pool, so pinning batches that never go to the GPU wastes it), the
@@ -68,10 +68,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torchlint.analysis.data import (ast_dataloader_calls, batch_parts, dataloader_argument, is_batch_part,
-                                    loader_calls, pins_memory)
+                                    loader_calls, pins_memory, without_workers)
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import ast_loop_lines
-from torchlint.analysis.syntax import dotted_name, function_parameters, is_literal, method_call, target_names
+from torchlint.analysis.syntax import dotted_name, function_parameters, method_call, target_names
 from torchlint.analysis.walk import visit
 from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, SyntaxIndex
@@ -119,7 +119,9 @@ class ManualPinMemory(Rule):
         found = self.loops.pop(id(original_node), None)
         if found is None:
             return
-        workers = any(self._has_workers(call) for call in found.loaders)
+        function = self.ctx.enclosing_function()
+        parameters = function_parameters(function) if function is not None else ()
+        workers = any(not without_workers(call, self.ctx.bindings, parameters) for call in found.loaders)
         fix = self._fix(found) if workers else None
         for pin in found.pins:
             shown = self.ctx.code_for(pin.func.value)
@@ -200,11 +202,6 @@ class ManualPinMemory(Rule):
                 return None
             return loop, loaders
         return None
-
-    @staticmethod
-    def _has_workers(call: cst.Call) -> bool:
-        workers = dataloader_argument(call, "num_workers")
-        return workers is not None and not is_literal(workers.value, 0)
 
     def _fix(self, found: _Loop):
         if len(found.loaders) != 1 or dataloader_argument(found.loaders[0], "pin_memory") is not None:
