@@ -149,3 +149,61 @@ def test_registering_by_hand_hands_every_attribute():
                     self.add_module(str(i), block)
         """)
     assert modules.attribute_uses(class_named(module, "Net"), "blocks").handed
+
+
+HELD = """\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(2, 2)
+        self.blocks = nn.ModuleList([nn.Linear(2, 2)])
+        self.later = None
+
+    def forward(self, x):
+        PLACE
+
+def train(model):
+    net = Net().cuda()
+    net = DDP(net)
+    other = load()
+    PLACE
+"""
+
+
+def place(source: str, which: int) -> tuple[Modules, list[cst.CSTNode]]:
+    """The modules and the enclosing scopes of the ``which``-th ``PLACE``."""
+    module, modules = modules_of(source)
+    found: list[list[cst.CSTNode]] = []
+    stack: list[cst.CSTNode] = []
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+            stack.append(node)
+        if isinstance(node, cst.Name) and node.value == "PLACE":
+            found.append(list(reversed(stack)))
+        return True
+
+    def on_leave(node: cst.CSTNode) -> None:
+        if stack and stack[-1] is node:
+            stack.pop()
+
+    from torchlint.analysis.walk import walk
+    walk(module, on_visit, on_leave)
+    return modules, found[which]
+
+
+@pytest.mark.parametrize("which, code, expected", [
+    (0, "self.enc", True),
+    (0, "self.blocks[0]", True),
+    (0, "self.later", False),
+    (0, "self", False),
+    (1, "net", True),
+    (1, "model", False),  # a parameter
+    (1, "other", False),
+])
+def test_is_module_here(which, code, expected):
+    modules, scopes = place(HELD, which)
+    assert modules.is_module_here(expression(code), scopes) is expected

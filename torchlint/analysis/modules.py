@@ -45,6 +45,8 @@ MODULE_WRAPPERS = frozenset({
 # Methods of a module that return the module itself.
 SELF_RETURNING = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
                             "requires_grad_", "to_empty", "share_memory", "apply"})
+# Containers that register what they hold.
+CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
 # The public attributes of an `nn.ModuleDict` (torch 2.13): a key of that name raises KeyError there.
 MODULE_ATTRIBUTES = frozenset({
     "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "clear",
@@ -139,6 +141,66 @@ class Modules:
         func = expr.func
         return isinstance(func, cst.Attribute) and func.attr.value in SELF_RETURNING \
             and self.constructed_class(func.value) is not None
+
+    def is_module_here(self, expr: cst.BaseExpression, scopes: list[cst.CSTNode]) -> bool:
+        """Does an expression, read inside ``scopes`` (the enclosing functions and classes,
+        innermost first: ``ctx.enclosing(cst.ClassDef, cst.FunctionDef)``), provably hold a module?
+        A name whose every assignment in the scope that binds it is a module (see is_module_value;
+        ``m = m.to(device)`` keeps it one), never a parameter; ``self.<attr>`` in a method of one
+        of the file's module classes whose every assignment in the class's family is a module; an
+        element of such an attribute that holds a ``ModuleList``, ``ModuleDict`` or ``Sequential``
+        (``self.blocks[i]``)."""
+        if isinstance(expr, cst.Name):
+            return self._name_holds_module(expr.value, scopes, 0)
+        if isinstance(expr, cst.Subscript):
+            values = self._self_attribute_values(expr.value, scopes)
+            return bool(values) and all(isinstance(v, cst.Call) and layer_class(self.bindings.qualified_name(v.func))
+                                        and dotted_name(v.func).rsplit(".", 1)[-1] in CONTAINERS for v in values)
+        values = self._self_attribute_values(expr, scopes)
+        return bool(values) and all(self.is_module_value(v) for v in values)
+
+    def _name_holds_module(self, name: str, scopes: list[cst.CSTNode], depth: int) -> bool:
+        values = self._name_values(name, scopes)
+        if not values or depth > 3:
+            return False
+        provable = False
+        for value in values:
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in SELF_RETURNING and isinstance(value.func.value, (cst.Name, cst.Call)) \
+                    and self.constructed_class(value) is None:
+                value = value.func.value  # `model.to(device)`: the module it was called on
+            if isinstance(value, cst.Name) and value.value == name:
+                continue  # `model = model.cuda()`: a module if the other assignments make one
+            if not (self.is_module_value(value) or isinstance(value, cst.Name)
+                    and self._name_holds_module(value.value, scopes, depth + 1)):
+                return False
+            provable = True
+        return provable
+
+    def _name_values(self, name: str, scopes: list[cst.CSTNode]) -> list[cst.BaseExpression | None]:
+        """The values assigned to a plain name in the function (or the module) that binds it at
+        the place ``scopes`` describe; empty when a parameter binds it."""
+        for scope in scopes:
+            if isinstance(scope, cst.FunctionDef):
+                if name in function_parameters(scope):
+                    return []
+                assigned = self.bindings.scope(scope).assigned.get(name)
+                if assigned is not None:
+                    return assigned
+        return self.bindings.scope(self.module).assigned.get(name, [])
+
+    def _self_attribute_values(self, expr: cst.BaseExpression, scopes: list[cst.CSTNode]) -> list[cst.BaseExpression]:
+        """The values assigned to ``self.<attr>`` in the family of the module class whose method
+        the place is in; empty when ``expr`` is not such an attribute."""
+        cls_index = next((i for i, s in enumerate(scopes) if isinstance(s, cst.ClassDef)), None)
+        if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name) or not cls_index:
+            return []
+        cls, method = scopes[cls_index], scopes[cls_index - 1]
+        params = function_parameters(method)
+        if cls.name.value not in self.classes or not params or params[0] != expr.value.value \
+                or any(params[0] in function_parameters(f) for f in scopes[:cls_index - 1]):
+            return []
+        return self.attribute_uses(cls, expr.attr.value).assigned
 
     def class_family(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """The class, the classes of the file it derives from and those that derive from it: what
