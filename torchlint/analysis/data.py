@@ -20,6 +20,13 @@ DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler",
                                   "torch.utils.data.distributed.DistributedSampler"})
 DISTRIBUTED_DATA_PARALLEL = frozenset({"torch.nn.parallel.DistributedDataParallel",
                                        "torch.nn.parallel.distributed.DistributedDataParallel"})
+# FSDP1, the wrapper class; FSDP2 is the `fully_shard` function (public since torch 2.6).
+FULLY_SHARDED_DATA_PARALLEL = frozenset({
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+})
+FULLY_SHARD = frozenset({"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
+                         "torch.distributed._composable.fsdp.fully_shard.fully_shard"})
 ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
                                "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe"})
 IN_MEMORY_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})

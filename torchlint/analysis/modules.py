@@ -10,6 +10,7 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.frameworks import LIGHTNING_MODULE_PATHS, lightning_names
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, function_parameters
@@ -36,12 +37,7 @@ STATELESS_LAYERS = frozenset({
                                    "ReplicationPad", "CircularPad") for dim in (1, 2, 3)),
 })
 # Wrappers that return a module: DDP and FSDP1 build one around the model, FSDP2 shards it in place.
-MODULE_WRAPPERS = frozenset({
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
-    "torch.distributed._composable.fsdp.fully_shard.fully_shard",
-})
+MODULE_WRAPPERS = FULLY_SHARDED_DATA_PARALLEL | FULLY_SHARD
 # Methods of a module that return the module itself.
 SELF_RETURNING = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
                             "requires_grad_", "to_empty", "share_memory", "apply"})
