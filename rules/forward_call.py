@@ -58,7 +58,8 @@ Not reported: `super().forward(x)` and `self.forward(x)` (a class calling its ow
 on purpose); `SomeClass.forward(self, x)` (an unbound call); anything not provably a module,
 such as a parameter of the function (a hook's `module` argument, where `module(x)` would call the
 hook again and recurse), a model loaded or built by another module, a `torch.compile` result,
-and a class of the file that defines its own `__call__`.
+a class of the file that defines its own `__call__`; and test code, which calls `forward`
+directly on purpose (to test it without the hooks).
 
 ## References
 
@@ -97,6 +98,8 @@ class ForwardCall(Rule):
         if not isinstance(func, cst.Attribute) or func.attr.value != "forward" or self._defines_call:
             return
         receiver = func.value
+        if self.ctx.programs.in_test_code():
+            return  # tests call forward directly on purpose (to test it without hooks)
         if not self.ctx.modules.is_module_here(receiver, self.ctx.enclosing(cst.ClassDef, cst.FunctionDef)):
             return
         written = self.ctx.code_for(receiver)

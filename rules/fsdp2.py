@@ -42,8 +42,11 @@ fully_shard(model)
 
 No fix: the arguments, the wrapping of submodules, checkpointing and the optimizer set-up all
 change, and their mapping is a design decision. The rule stays silent for a target torch older
-than 2.6, in a file that already uses `fully_shard` (code that supports both on purpose), in test
-code (tests of FSDP1 itself), and for classes of other libraries that share the name (fairscale's
+than 2.6, in a file that already knows FSDP2 (it uses `fully_shard` or `FSDPModule`, or names
+something `fsdp2`: code that supports both on purpose), in a function that wraps the module it is
+given with options passed through `**kwargs` (a framework's FSDP1 strategy, such as Lightning's
+`FSDPStrategy` or Accelerate's FSDP1 path: the user chose FSDP1 there), in test code (tests of
+FSDP1 itself), and for classes of other libraries that share the name (fairscale's
 `FullyShardedDataParallel`, Accelerate's `FullyShardedDataParallelPlugin`) or strategy strings
 (`strategy="fsdp"`), which are not torch's FSDP1 call.
 
@@ -57,9 +60,12 @@ code (tests of FSDP1 itself), and for classes of other libraries that share the 
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
+from torchlint.analysis.syntax import find_argument, function_parameters, has_star_args
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 MIGRATION_GUIDE = "https://docs.pytorch.org/tutorials/intermediate/FSDP_tutorial.html#fsdp1-to-fsdp2-migration-guide"
@@ -79,18 +85,26 @@ class Fsdp2(Rule):
         return bool(index.calls_of(FULLY_SHARDED_DATA_PARALLEL))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualified_name(node.func) not in FULLY_SHARDED_DATA_PARALLEL or self._uses_fully_shard \
-                or self.ctx.programs.in_test_code():
+        if self.ctx.qualified_name(node.func) not in FULLY_SHARDED_DATA_PARALLEL or self._knows_fsdp2 \
+                or self.ctx.programs.in_test_code() or self._wraps_for_caller(node):
             return
         self.report(node.func, "`FullyShardedDataParallel` is FSDP1; this torch has FSDP2, `fully_shard(module)` from "
                                "`torch.distributed.fsdp`, which shards each parameter as a DTensor and changes the "
                                f"module in place; the arguments differ, see {MIGRATION_GUIDE}")
 
-    @property
-    def _uses_fully_shard(self) -> bool:
-        """Does the file already refer to FSDP2 (an import of ``fully_shard``): then FSDP1 is kept on
-        purpose, as an option."""
+    @cached_property
+    def _knows_fsdp2(self) -> bool:
+        """Does the file already know FSDP2 (``fully_shard``, ``FSDPModule``, or anything named
+        ``fsdp2``): then FSDP1 is kept on purpose, as one option of two."""
         aliases = self.ctx.bindings.imports.aliases.values()
         return any(name in FULLY_SHARD or name.startswith("torch.distributed._composable.fsdp")
                    or name == "torch.distributed.fsdp.FSDPModule" for name in aliases) \
-            or "fully_shard(" in self.ctx.code
+            or "fully_shard(" in self.ctx.code or "fsdp2" in self.ctx.code.lower()
+
+    def _wraps_for_caller(self, call: cst.Call) -> bool:
+        """A function that wraps the module it is given with options its caller passes through
+        ``**kwargs`` (a framework's FSDP1 strategy): the choice of FSDP1 is made elsewhere."""
+        module = find_argument(call, "module", 0)
+        function = self.ctx.enclosing_function()
+        return module is not None and function is not None and has_star_args(call) \
+            and isinstance(module.value, cst.Name) and module.value.value in function_parameters(function)

@@ -225,8 +225,10 @@ class Modules:
     def attribute_uses(self, cls: cst.ClassDef, attribute: str) -> AttributeUses:
         """What the class (with its family of the file's classes) does with ``self.<attribute>``."""
         uses = AttributeUses()
-        for member in self.class_family(cls):
+        family = self.class_family(cls)
+        for member in family:
             _AttributeReader(member, attribute, uses).read()
+        uses.handed = uses.handed or _handed_elsewhere(self.module, family, attribute)
         return uses
 
     @cached_property
@@ -280,14 +282,37 @@ class AttributeUses:
     ``assigned``: the values assigned to it (``self.a = v``); ``added``: the values appended,
     extended or inserted (``self.a.append(v)``, the elements of ``self.a.extend([...])`` and of
     ``self.a += [...]``; None for one that cannot be read); ``handed``: it is passed to a call that
-    may keep or register it (``nn.Sequential(*self.a)``, ``helper(self.a)``), or the class
-    registers submodules by hand (``add_module``, ``setattr``); ``other``: a use that is not
+    may keep or register it (``nn.Sequential(*self.a)``, ``helper(self.a)``, or from outside the
+    family ``nn.Sequential(*block.a)``), or the class registers submodules by hand
+    (``add_module``, ``setattr``); ``other``: a use that is not
     iterating, indexing (not slicing), ``len()``, ``in``, ``.items()``/``.keys()``/``.values()``."""
 
     assigned: list[cst.BaseExpression] = field(default_factory=list)
     added: list[cst.BaseExpression | None] = field(default_factory=list)
     handed: bool = False
     other: bool = False
+
+
+def _handed_elsewhere(module: cst.Module, family: list[cst.ClassDef], attribute: str) -> bool:
+    """Is an ``<object>.<attribute>`` outside the family's classes passed to a call
+    (``nn.Sequential(*block.layers)``): a class that builds layers for its caller to register."""
+    found: list[cst.Arg] = []
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if found or any(node is member for member in family):
+            return False
+        if isinstance(node, cst.Call) and (dotted_name(node.func) or "") not in READING_CALLS:
+            found.extend(arg for arg in node.args if isinstance(arg.value, cst.Attribute)
+                         and arg.value.attr.value == attribute and not _is_self(arg.value.value))
+        return True
+
+    walk(module, on_visit)
+    return bool(found)
+
+
+def _is_self(expr: cst.BaseExpression) -> bool:
+    """``self`` (another class's instance, not one of the family's)."""
+    return isinstance(expr, cst.Name) and expr.value == "self"
 
 
 class _AttributeReader:
