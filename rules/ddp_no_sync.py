@@ -16,9 +16,9 @@ k - 1 others move the full gradient across the network for nothing. With k = 4 t
 the communication of the training it stands for, and on a network-bound job (many nodes, a large
 model, Ethernet instead of InfiniBand) the step time grows with it. `DistributedDataParallel.no_sync()`
 is the context manager made for this: inside it, backward only accumulates the gradients
-locally, and the first backward outside it synchronizes the accumulated gradients. The result is
-the same: the all-reduce is a sum, so reducing once at the end gives the same gradients as
-reducing every time.
+locally, and the first backward outside it synchronizes the accumulated gradients. The gradients
+come out the same (up to rounding): averaging the locally accumulated sum once gives what adding
+k averages gives.
 
 ## Example
 
