@@ -43,9 +43,10 @@ fully_shard(model)
 No fix: the arguments, the wrapping of submodules, checkpointing and the optimizer set-up all
 change, and their mapping is a design decision. The rule stays silent for a target torch older
 than 2.6, in a file that already knows FSDP2 (it uses `fully_shard` or `FSDPModule`, or names
-something `fsdp2`: code that supports both on purpose), in a function that wraps the module it is
-given with options passed through `**kwargs` (a framework's FSDP1 strategy, such as Lightning's
-`FSDPStrategy` or Accelerate's FSDP1 path: the user chose FSDP1 there), in test code (tests of
+something `fsdp2`: code that supports both on purpose), in a function that wraps a module it is
+given, or the children of one (a library's FSDP1 path, such as Lightning's `FSDPStrategy`,
+Accelerate's or Composer's FSDP1 option, which sit beside an FSDP2 path elsewhere: whoever calls
+it chose FSDP1), in test code (tests of
 FSDP1 itself), and for classes of other libraries that share the name (fairscale's
 `FullyShardedDataParallel`, Accelerate's `FullyShardedDataParallelPlugin`) or strategy strings
 (`strategy="fsdp"`), which are not torch's FSDP1 call.
@@ -65,7 +66,7 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
-from torchlint.analysis.syntax import find_argument, function_parameters, has_star_args
+from torchlint.analysis.syntax import find_argument, function_parameters, root_names, target_names
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 MIGRATION_GUIDE = "https://docs.pytorch.org/tutorials/intermediate/FSDP_tutorial.html#fsdp1-to-fsdp2-migration-guide"
@@ -102,9 +103,17 @@ class Fsdp2(Rule):
             or "fully_shard(" in self.ctx.code or "fsdp2" in self.ctx.code.lower()
 
     def _wraps_for_caller(self, call: cst.Call) -> bool:
-        """A function that wraps the module it is given with options its caller passes through
-        ``**kwargs`` (a framework's FSDP1 strategy): the choice of FSDP1 is made elsewhere."""
+        """Does the call wrap a module the enclosing function is given (a parameter, or the
+        children of one it loops over): a library's FSDP1 path, where the choice of FSDP1 is made
+        by its caller (Lightning's ``FSDPStrategy.setup_module(module)``, Composer's
+        ``prepare_fsdp_module(model, ...)``)?"""
         module = find_argument(call, "module", 0)
         function = self.ctx.enclosing_function()
-        return module is not None and function is not None and has_star_args(call) \
-            and isinstance(module.value, cst.Name) and module.value.value in function_parameters(function)
+        if module is None or function is None:
+            return False
+        parameters = set(function_parameters(function))
+        names = root_names(module.value)
+        for loop in self.ctx.enclosing(cst.For):  # `for name, child in model.named_children(): FSDP(child)`
+            if names & target_names(loop.target):
+                names |= root_names(loop.iter)
+        return bool(names & parameters)

@@ -72,7 +72,8 @@ assigned more than once; containers of anything that is not provably a new modul
 already registered as attributes, tensors, functions such as `F.relu`, numbers); a list of one
 module, the usual way to keep a helper model (a frozen teacher, a metric network) out of
 `parameters()` and `state_dict()` on purpose; containers of layers without parameters, buffers or
-train/eval behaviour (`nn.ReLU()`, pooling, losses), where registration changes nothing; and
+train/eval behaviour (`nn.ReLU()`, pooling, losses, or classes of the file built only from such
+layers), where registration changes nothing; and
 classes that are not provably modules.
 
 ## References
@@ -90,7 +91,7 @@ import ast
 import libcst as cst
 
 from torchlint.analysis.loops import AST_FUNCTIONS
-from torchlint.analysis.modules import MODULE_ATTRIBUTES, STATELESS_LAYERS
+from torchlint.analysis.modules import MODULE_ATTRIBUTES
 from torchlint.analysis.syntax import contains, dotted_name, function_parameters, string_value
 from torchlint.fixes import imported_name, insert_after, insert_before
 from torchlint.rule import Rule, SyntaxIndex
@@ -144,7 +145,7 @@ class UnregisteredSubmodules(Rule):
         if uses.handed or len(uses.assigned) != 1:
             return  # registered or kept elsewhere, or reassigned: nothing provable
         layers = self._layers(value, uses.added)
-        if layers is None or all(layer in STATELESS_LAYERS or layer.endswith("Loss") for layer in layers):
+        if layers is None or all(self.ctx.modules.stateless(layer) for layer in layers):
             return
         container = "ModuleDict" if isinstance(value, (cst.Dict, cst.DictComp)) else "ModuleList"
         kind = "dict" if container == "ModuleDict" else "list"

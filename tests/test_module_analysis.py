@@ -207,3 +207,46 @@ def place(source: str, which: int) -> tuple[Modules, list[cst.CSTNode]]:
 def test_is_module_here(which, code, expected):
     modules, scopes = place(HELD, which)
     assert modules.is_module_here(expression(code), scopes) is expected
+
+
+STATE = """\
+import torch.nn as nn
+
+class Pool(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+        self.avg = nn.AvgPool1d(k)
+
+class Decomp(Pool):
+    def __init__(self, k):
+        super().__init__(k)
+        self.inner = Pool(k)
+
+class WithBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", None)
+
+class WithDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+class Built(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = make_activation()
+
+class Linear2(nn.Linear):
+    pass
+"""
+
+
+@pytest.mark.parametrize("layer, expected", [
+    ("ReLU", True), ("MSELoss", True), ("Linear", False), ("Dropout", False), ("Pool", True), ("Decomp", True),
+    ("WithBuffer", False), ("WithDropout", False), ("Built", False), ("Linear2", False), ("Missing", False),
+])
+def test_stateless_layers(layer, expected):
+    _, modules = modules_of(STATE)
+    assert modules.stateless(layer) is expected

@@ -198,6 +198,51 @@ class Modules:
             return []
         return self.attribute_uses(cls, expr.attr.value).assigned
 
+    def stateless(self, layer: str, depth: int = 0) -> bool:
+        """Is a layer (the last name of a ``torch.nn`` class, or a module class of the file) free of
+        parameters, buffers and train/eval behaviour, so that registering it changes nothing? A
+        ``torch.nn`` layer of STATELESS_LAYERS or a loss; a class of the file that derives from
+        ``nn.Module`` only (through the file's classes), makes no parameter or buffer, and assigns
+        its attributes only stateless layers or values that are not calls."""
+        if layer in STATELESS_LAYERS or layer.endswith("Loss"):
+            return True
+        found = self.bindings.defined(layer, cst.ClassDef)
+        if layer not in self.classes or len(found) != 1 or depth > 5:
+            return False
+        for cls in self._ancestors(found[0]):
+            bases = [self.bindings.qualified_name(b.value) or dotted_name(b.value) for b in cls.bases if b.keyword is None]
+            if any(b not in self.classes and b not in ("torch.nn.Module", "torch.nn.modules.module.Module")
+                   for b in bases):
+                return False
+            if not self._builds_no_state(cls, depth):
+                return False
+        return True
+
+    def _builds_no_state(self, cls: cst.ClassDef, depth: int) -> bool:
+        state: list[cst.CSTNode] = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if state:
+                return False
+            if isinstance(node, cst.Call):
+                name = (dotted_name(node.func) or "").rsplit(".", 1)[-1]
+                if name in ("register_buffer", "register_parameter", *NOT_LAYERS):
+                    state.append(node)
+            elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+                    and any(isinstance(t.target, cst.Attribute) for t in node.targets):
+                layer = self.constructed_class(node.value)
+                if layer is None or not self.stateless(layer, depth + 1):
+                    state.append(node)
+            return True
+
+        walk(cls.body, on_visit)
+        return not state
+
+    def _ancestors(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """The class and the classes of the file it derives from."""
+        family = self.class_family(cls)
+        return [node for node in family if node is cls or _derives_from(cls, node, family)]
+
     def class_family(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """The class, the classes of the file it derives from and those that derive from it: what
         one of them sets on ``self``, the others may use."""
@@ -291,6 +336,15 @@ class AttributeUses:
     added: list[cst.BaseExpression | None] = field(default_factory=list)
     handed: bool = False
     other: bool = False
+
+
+def _derives_from(cls: cst.ClassDef, base: cst.ClassDef, classes: list[cst.ClassDef], depth: int = 0) -> bool:
+    """Does ``cls`` derive from ``base`` through the given classes?"""
+    names = {dotted_name(b.value) for b in cls.bases if b.keyword is None}
+    if base.name.value in names:
+        return True
+    return depth < 20 and any(_derives_from(other, base, classes, depth + 1)
+                              for other in classes if other.name.value in names)
 
 
 def _handed_elsewhere(module: cst.Module, family: list[cst.ClassDef], attribute: str) -> bool:
