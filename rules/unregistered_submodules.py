@@ -66,7 +66,9 @@ dict whose keys are not plain strings that `ModuleDict` accepts (not empty, no `
 of a module attribute such as `"train"` or `"to"`, which raise there).
 
 Not reported: a container handed to a call (`nn.Sequential(*self.layers)`,
-`nn.ModuleList(self.layers)`, a helper), which registers or keeps the layers elsewhere; a class
+`nn.ModuleList(self.layers)`, a helper), which registers or keeps the layers elsewhere, or one of
+whose elements is assigned, returned or passed on (`self.backbone = self.candidates[name]`: the
+chosen one is registered there, and registering the others would add unused parameters); a class
 that registers submodules by hand (`add_module`, `register_module`, `setattr`); an attribute
 assigned more than once; containers of anything that is not provably a new module (modules
 already registered as attributes, tensors, functions such as `F.relu`, numbers); a list of one

@@ -328,8 +328,9 @@ class AttributeUses:
     extended or inserted (``self.a.append(v)``, the elements of ``self.a.extend([...])`` and of
     ``self.a += [...]``; None for one that cannot be read); ``handed``: it is passed to a call that
     may keep or register it (``nn.Sequential(*self.a)``, ``helper(self.a)``, or from outside the
-    family ``nn.Sequential(*block.a)``), or the class registers submodules by hand
-    (``add_module``, ``setattr``); ``other``: a use that is not
+    family ``nn.Sequential(*block.a)``), one of its elements is assigned, returned or passed on
+    (``self.backbone = self.a[name]``), or the class registers submodules by hand (``add_module``,
+    ``setattr``); ``other``: a use that is not
     iterating, indexing (not slicing), ``len()``, ``in``, ``.items()``/``.keys()``/``.values()``."""
 
     assigned: list[cst.BaseExpression] = field(default_factory=list)
@@ -427,6 +428,8 @@ class _AttributeReader:
                 and grand.target is parent
             if store or any(isinstance(s.slice, cst.Slice) for s in parent.slice):
                 uses.other = True
+            elif isinstance(grand, (cst.Assign, cst.AnnAssign, cst.Return, cst.Arg)):
+                uses.handed = True  # one element picked out: it may be registered where it goes
             return
         if isinstance(parent, cst.ComparisonTarget) and isinstance(parent.operator, (cst.In, cst.NotIn)):
             return
