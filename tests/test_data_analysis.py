@@ -10,7 +10,8 @@ import pytest
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.data import DdpModels
-from torchlint.analysis.walk import walk
+
+from test_module_analysis import places
 
 SOURCE = """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -37,22 +38,7 @@ def main(model, flag):
 
 def scopes_at(source: str) -> tuple[DdpModels, list[list[cst.CSTNode]]]:
     module = cst.parse_module(textwrap.dedent(source))
-    found: list[list[cst.CSTNode]] = []
-    stack: list[cst.CSTNode] = []
-
-    def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
-            stack.append(node)
-        if isinstance(node, cst.Name) and node.value == "PLACE":
-            found.append(stack[::-1])
-        return True
-
-    def on_leave(node: cst.CSTNode) -> None:
-        if stack and stack[-1] is node:
-            stack.pop()
-
-    walk(module, on_visit, on_leave)
-    return DdpModels(module, Bindings(module)), found
+    return DdpModels(module, Bindings(module)), places(module)
 
 
 @pytest.mark.parametrize("which, code, expected", [

@@ -11,6 +11,7 @@ import pytest
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.modules import Modules, layer_class
+from torchlint.analysis.walk import walk
 
 
 def modules_of(source: str) -> tuple[cst.Module, Modules]:
@@ -173,9 +174,8 @@ def train(model):
 """
 
 
-def place(source: str, which: int) -> tuple[Modules, list[cst.CSTNode]]:
-    """The modules and the enclosing scopes of the ``which``-th ``PLACE``."""
-    module, modules = modules_of(source)
+def places(module: cst.Module) -> list[list[cst.CSTNode]]:
+    """The enclosing functions and classes (innermost first) of each name ``PLACE`` in a module."""
     found: list[list[cst.CSTNode]] = []
     stack: list[cst.CSTNode] = []
 
@@ -183,16 +183,31 @@ def place(source: str, which: int) -> tuple[Modules, list[cst.CSTNode]]:
         if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
             stack.append(node)
         if isinstance(node, cst.Name) and node.value == "PLACE":
-            found.append(list(reversed(stack)))
+            found.append(stack[::-1])
         return True
 
     def on_leave(node: cst.CSTNode) -> None:
         if stack and stack[-1] is node:
             stack.pop()
 
-    from torchlint.analysis.walk import walk
     walk(module, on_visit, on_leave)
-    return modules, found[which]
+    return found
+
+
+def place(source: str, which: int) -> tuple[Modules, list[cst.CSTNode]]:
+    """The modules and the enclosing scopes of the ``which``-th ``PLACE``."""
+    module, modules = modules_of(source)
+    return modules, places(module)[which]
+
+
+def test_values_at_a_place():
+    module = cst.parse_module(textwrap.dedent(HELD))
+    bindings = Bindings(module)
+    scopes = places(module)[1]  # in train(model)
+    code = cst.Module([]).code_for_node
+    assert [code(v) for v in bindings.values_at("net", scopes)[0]] == ["Net().cuda()", "DDP(net)"]
+    assert bindings.values_at("model", scopes) == ([None], True)  # the parameter binds it, with no value
+    assert bindings.values_at("nn", scopes) == ([], False)
 
 
 @pytest.mark.parametrize("which, code, expected", [

@@ -66,27 +66,22 @@ class DdpModels:
         first) hold a model the file wraps in DDP? A plain name when the function (or the module)
         that binds it assigns it a ``DistributedDataParallel(...)`` call (``model = DDP(model)``,
         under a condition too); a parameter the function does not wrap itself when a call of the
-        function in the file passes such a name; a dotted name (``self.model``) when the file assigns it such a call anywhere. A model
-        that comes from another module is not known to be one."""
+        function in the file passes such a name; a dotted name (``self.model``) when the file
+        assigns it such a call anywhere. A model that comes from another module is not known to be
+        one."""
         name = dotted_name(expr)
         if name is None:
             return False
         if "." in name:
             return any(is_ddp_call(value, self.bindings) for value in self.bindings.values(name))
-        for scope in scopes:
-            if not isinstance(scope, cst.FunctionDef):
-                continue
-            assigned = self.bindings.scope(scope).assigned.get(name)
-            if assigned is not None and any(is_ddp_call(value, self.bindings) for value in assigned):
-                return True
-            if name in function_parameters(scope):
-                return depth < self.MAX_CALLERS and any(
-                    (argument := argument_for(call, scope, name)) is not None
-                    and self.holds_ddp(argument, caller_scopes, depth + 1)
-                    for call, caller_scopes in self._calls.get(scope.name.value, ()))
-            if assigned is not None:
-                return False
-        return any(is_ddp_call(value, self.bindings) for value in self.bindings.scope(self.module).assigned.get(name, ()))
+        values, parameter = self.bindings.values_at(name, scopes)
+        if any(is_ddp_call(value, self.bindings) for value in values):
+            return True
+        function = next((s for s in scopes if isinstance(s, cst.FunctionDef) and name in function_parameters(s)), None)
+        return parameter and function is not None and depth < self.MAX_CALLERS and any(
+            (argument := argument_for(call, function, name)) is not None
+            and self.holds_ddp(argument, caller_scopes, depth + 1)
+            for call, caller_scopes in self._calls.get(function.name.value, ()))
 
     @cached_property
     def _calls(self) -> dict[str, list[tuple[cst.Call, list[cst.CSTNode]]]]:

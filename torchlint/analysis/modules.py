@@ -156,8 +156,8 @@ class Modules:
         return bool(values) and all(self.is_module_value(v) for v in values)
 
     def _name_holds_module(self, name: str, scopes: list[cst.CSTNode], depth: int) -> bool:
-        values = self._name_values(name, scopes)
-        if not values or depth > 3:
+        values, parameter = self.bindings.values_at(name, scopes)
+        if parameter or not values or depth > 3:
             return False
         provable = False
         for value in values:
@@ -172,18 +172,6 @@ class Modules:
                 return False
             provable = True
         return provable
-
-    def _name_values(self, name: str, scopes: list[cst.CSTNode]) -> list[cst.BaseExpression | None]:
-        """The values assigned to a plain name in the function (or the module) that binds it at
-        the place ``scopes`` describe; empty when a parameter binds it."""
-        for scope in scopes:
-            if isinstance(scope, cst.FunctionDef):
-                if name in function_parameters(scope):
-                    return []
-                assigned = self.bindings.scope(scope).assigned.get(name)
-                if assigned is not None:
-                    return assigned
-        return self.bindings.scope(self.module).assigned.get(name, [])
 
     def _self_attribute_values(self, expr: cst.BaseExpression, scopes: list[cst.CSTNode]) -> list[cst.BaseExpression]:
         """The values assigned to ``self.<attr>`` in the family of the module class whose method
