@@ -265,3 +265,10 @@ class Linear2(nn.Linear):
 def test_stateless_layers(layer, expected):
     _, modules = modules_of(STATE)
     assert modules.stateless(layer) is expected
+
+
+def test_a_local_of_the_same_name_does_not_hide_a_class():
+    _, modules = modules_of(HEADER + "\ndef f():\n    Block = 1\n")
+    assert modules.constructed_class(expression("Block()")) == "Block"
+    _, modules = modules_of(HEADER + "\nBlock = wrap(Block)\n")
+    assert modules.constructed_class(expression("Block()")) is None

@@ -118,8 +118,9 @@ class Modules:
             return self.constructed_class(func.value)
         if layer_class(self.bindings.qualified_name(func)):
             return dotted_name(func).rsplit(".", 1)[-1]
-        if isinstance(func, cst.Name) and func.value in self.classes and self.bindings.count(func.value) == 1:
-            return func.value
+        if isinstance(func, cst.Name) and func.value in self.classes \
+                and len(self.bindings.scope(self.module).assigned.get(func.value, ())) == 1:
+            return func.value  # the class, not rebound at the module's level
         return None
 
     def is_module_value(self, expr: cst.BaseExpression | None) -> bool:
