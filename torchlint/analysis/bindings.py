@@ -16,7 +16,8 @@ from functools import cached_property
 
 import libcst as cst
 
-from torchlint.analysis.syntax import dotted_name, literal_value, same_literal, small_statements, statements
+from torchlint.analysis.syntax import (dotted_name, function_parameters, literal_value, same_literal, small_statements,
+                                       statements)
 from torchlint.analysis.walk import walk
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),
@@ -167,6 +168,19 @@ class Bindings:
     def scope(self, node: cst.Module | cst.FunctionDef) -> ScopeNames:
         """The names a function (or the module) binds and writes, nested scopes left out."""
         return self._collected.scopes.get(id(node), ScopeNames())
+
+    def values_at(self, name: str, scopes: list[cst.CSTNode]) -> tuple[list[cst.BaseExpression | None], bool]:
+        """What a plain name holds at a place: the values assigned to it in the innermost
+        function that binds it (or the module), None for a binding without one (a parameter, a
+        ``for`` target), with whether that function takes it as a parameter. ``scopes`` are the enclosing functions and classes, innermost first (class
+        bodies do not enclose their methods' names)."""
+        for scope in scopes:
+            if isinstance(scope, cst.FunctionDef):
+                assigned = self.scope(scope).assigned.get(name)
+                parameter = name in function_parameters(scope)
+                if assigned is not None or parameter:
+                    return assigned or [], parameter
+        return self.scope(self.module).assigned.get(name, []), False
 
     @cached_property
     def definitions(self) -> dict[str, list[cst.FunctionDef | cst.ClassDef]]:

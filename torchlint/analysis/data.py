@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Collection
+from functools import cached_property
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.flow import argument_for
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import unwrapped_iterable
-from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, dotted_name, find_argument, has_star_args,
-                                       is_literal, literal_value, same_literal, target_names)
+from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, dotted_name, find_argument,
+                                       function_parameters, has_star_args, is_literal, literal_value, same_literal,
+                                       target_names)
+from torchlint.analysis.walk import walk
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # DataLoader's parameters that may be passed by position, in order (the rest are keyword-only).
@@ -24,6 +28,13 @@ DISTRIBUTED_SAMPLERS = frozenset({"torch.utils.data.DistributedSampler",
                                   "torch.utils.data.distributed.DistributedSampler"})
 DISTRIBUTED_DATA_PARALLEL = frozenset({"torch.nn.parallel.DistributedDataParallel",
                                        "torch.nn.parallel.distributed.DistributedDataParallel"})
+# FSDP1, the wrapper class; FSDP2 is the `fully_shard` function (public since torch 2.6).
+FULLY_SHARDED_DATA_PARALLEL = frozenset({
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+})
+FULLY_SHARD = frozenset({"torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
+                         "torch.distributed._composable.fsdp.fully_shard.fully_shard"})
 ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
                                "torch.utils.data.IterDataPipe", "torch.utils.data.datapipes.datapipe.IterDataPipe"})
 IN_MEMORY_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
@@ -124,6 +135,68 @@ def is_batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:
     while isinstance(expr, (cst.Subscript, cst.Attribute)):
         expr = expr.value
     return isinstance(expr, cst.Name) and expr.value in names
+
+
+def is_ddp_call(expr: cst.BaseExpression | None, bindings: Bindings) -> bool:
+    """``DistributedDataParallel(model, ...)``, under any import spelling."""
+    return isinstance(expr, cst.Call) and bindings.qualified_name(expr.func) in DISTRIBUTED_DATA_PARALLEL
+
+
+class DdpModels:
+    """Which names hold a model that the file wraps in ``DistributedDataParallel``."""
+
+    MAX_CALLERS = 2  # how many calls up a parameter is followed
+
+    def __init__(self, module: cst.Module, bindings: Bindings):
+        self.module = module
+        self.bindings = bindings
+
+    def holds_ddp(self, expr: cst.BaseExpression, scopes: list[cst.CSTNode], depth: int = 0) -> bool:
+        """Does a name read inside ``scopes`` (the enclosing functions and classes, innermost
+        first) hold a model the file wraps in DDP? A plain name when the function (or the module)
+        that binds it assigns it a ``DistributedDataParallel(...)`` call (``model = DDP(model)``,
+        under a condition too); a parameter the function does not wrap itself when a call of the
+        function in the file passes such a name; a dotted name (``self.model``) when the file
+        assigns it such a call anywhere. A model that comes from another module is not known to be
+        one."""
+        name = dotted_name(expr)
+        if name is None:
+            return False
+        if "." in name:
+            return any(is_ddp_call(value, self.bindings) for value in self.bindings.values(name))
+        values, parameter = self.bindings.values_at(name, scopes)
+        if any(is_ddp_call(value, self.bindings) for value in values):
+            return True
+        function = next((s for s in scopes if isinstance(s, cst.FunctionDef) and name in function_parameters(s)), None)
+        return parameter and function is not None and depth < self.MAX_CALLERS and any(
+            (argument := argument_for(call, function, name)) is not None
+            and self.holds_ddp(argument, caller_scopes, depth + 1)
+            for call, caller_scopes in self._calls.get(function.name.value, ()))
+
+    @cached_property
+    def _calls(self) -> dict[str, list[tuple[cst.Call, list[cst.CSTNode]]]]:
+        """The calls of each function name in the file (``train(...)``, ``self.train(...)``), with
+        the scopes around them, innermost first."""
+        found: dict[str, list[tuple[cst.Call, list[cst.CSTNode]]]] = {}
+        stack: list[cst.CSTNode] = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                stack.append(node)
+            elif isinstance(node, cst.Call):
+                func = node.func
+                name = func.value if isinstance(func, cst.Name) else func.attr.value \
+                    if isinstance(func, cst.Attribute) else None
+                if name is not None:
+                    found.setdefault(name, []).append((node, stack[::-1]))
+            return True
+
+        def on_leave(node: cst.CSTNode) -> None:
+            if stack and stack[-1] is node:
+                stack.pop()
+
+        walk(self.module, on_visit, on_leave)
+        return found
 
 
 def ast_dataloader_calls(index: SyntaxIndex) -> list[ast.Call]:
