@@ -55,12 +55,15 @@ change by design (the first epoch is unchanged). A `model.eval()` put in a valid
 reported at the call of the helper, and the fix is offered when the model's name there is known
 at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
 `eval()` comes before the iteration's training (a submodule frozen on purpose, such as
-`model.backbone.eval()` after `model.train()`), when any `train()` that may restore the model runs
-in between (on the model, on a module that contains it, on a name the rule cannot relate to it,
-or in a helper of another module named like training, `train_one_epoch(model)`), for a model
-kept out of training on purpose (named like an EMA copy, a teacher or a target network, or only
-called under `no_grad` in the loop), for a model built in the file from layers that behave the
-same in both modes (no dropout, no normalization), and for an `eval()` on something the file
+`model.backbone.eval()` after `model.train()`); when any `train()` that may restore the model
+runs in between: on the model, on a module that contains it, on a part of it (the training then
+sets the mode of each part itself, as `model.head.train()` over a frozen encoder does), on a
+name the rule cannot relate to it, or in a helper of another module named like training
+(`train_one_epoch(model)`); for a model kept out of training on purpose (named like an EMA copy,
+a teacher or a target network, or only called under `no_grad` in the loop); for a model built
+in the file from layers that behave the same in both modes (no dropout, no normalization:
+`model = model.cuda()` keeps the model it moves, and an initialization that only names
+`nn.BatchNorm2d` in an `isinstance` test builds none); and for an `eval()` on something the file
 never calls as a model.
 
 ## References
@@ -91,8 +94,14 @@ FROZEN_NAME = re.compile(r"ema|teacher|target|averag|swa|shadow|momentum|frozen"
 # A helper of another module that may switch a model to training mode: `train_one_epoch(model, ...)`,
 # `set_train_mode(model)`.
 TRAINING_HELPER = re.compile(r"(^|[._])(train|training)(_|$)|train_mode", re.IGNORECASE)
-# Layers and code whose behaviour depends on the training mode.
-MODE_DEPENDENT = re.compile(r"dropout|norm|training|rrelu|\.train\(|\.eval\(", re.IGNORECASE)
+# Layers and functions whose behaviour depends on the training mode, by their name: dropout, batch
+# and instance normalization, RReLU, and torch's transformer layers (their dropout is 0.1 by default).
+MODE_DEPENDENT_LAYER = re.compile(r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|rrelu|transformer",
+                                  re.IGNORECASE)
+# Code that reads or switches the training mode itself.
+READS_MODE = re.compile(r"\btraining\b|\.train\(|\.eval\(", re.IGNORECASE)
+# What a model is kept under when it is moved, cast or put in a mode: `model = model.cuda()`.
+MOVES = ("to", "cuda", "cpu", "float", "double", "half", "train")
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
@@ -276,14 +285,12 @@ class EvalModeLeftOn(Rule):
     def _mode_free(self, receiver: str) -> bool:
         """Is the model one the file builds from layers that behave the same in both modes (no
         dropout, no normalization, nothing that reads ``self.training``)? Then eval mode changes
-        nothing, and there is nothing to report."""
-        values = self.ctx.bindings.values(receiver)
+        nothing, and there is nothing to report. ``model = model.cuda()`` keeps the model it moves."""
+        values = [value for value in self.ctx.bindings.values(receiver) if not _moved_self(value, receiver)]
         return bool(values) and all(value is not None and self._built_mode_free(value, 0) for value in values)
 
     def _built_mode_free(self, value: cst.BaseExpression, depth: int) -> bool:
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "train"):
-            value = value.func.value
+        value = _unmoved(value)
         if not isinstance(value, cst.Call) or depth > MAX_DEPTH:
             return False
         qualified = self.ctx.bindings.qualified_name(value.func)
@@ -293,9 +300,11 @@ class EvalModeLeftOn(Rule):
         return len(classes) == 1 and self._layers_mode_free(classes[0], depth)
 
     def _layers_mode_free(self, tree: cst.CSTNode, depth: int) -> bool:
-        """Every layer built in ``tree`` is a ``torch.nn`` layer that does not depend on the mode,
-        or a class of the file built of such layers."""
-        if MODE_DEPENDENT.search(self.ctx.code_for(tree)):
+        """Every layer built in ``tree`` is a ``torch`` layer that does not depend on the mode, or
+        a class or a builder function of the file built of such layers; nothing reads the mode.
+        Only the calls count: ``isinstance(m, nn.BatchNorm2d)`` in a weight initialization builds
+        no batch norm."""
+        if READS_MODE.search(self.ctx.code_for(tree)):
             return False
         free = [True]
 
@@ -304,12 +313,13 @@ class EvalModeLeftOn(Rule):
                 return free[0]
             qualified = self.ctx.bindings.qualified_name(node.func)
             if qualified is not None:
-                free[0] = qualified.startswith("torch.")
+                free[0] = qualified.startswith("torch.") and not _mode_dependent_layer(node, qualified)
             else:
                 name = dotted_name(node.func)
-                classes = self.ctx.bindings.defined(name, cst.ClassDef) if name else []
-                if classes:
-                    free[0] = self._layers_mode_free(classes[0], depth + 1) if depth < MAX_DEPTH else False
+                built = [*self.ctx.bindings.defined(name, cst.ClassDef),
+                         *self.ctx.bindings.defined(name, cst.FunctionDef)] if name and "." not in name else []
+                if built:
+                    free[0] = depth < MAX_DEPTH and len(built) == 1 and self._layers_mode_free(built[0], depth + 1)
             return free[0]
 
         walk(tree, on_visit)
@@ -367,5 +377,33 @@ def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
 
 def _restores(trained: str | None, evaluated: str | None) -> bool:
     """Does ``trained.train()`` put ``evaluated`` back in training mode (the same module, one that
-    contains it, or a name that cannot be related to it)?"""
-    return trained is None or evaluated is None or trained == evaluated or evaluated.startswith(trained + ".")
+    contains it, or a name that cannot be related to it)? A part of the model switched back
+    (``model.head.train()`` after ``model.eval()``) counts too: the training then chooses the mode of
+    each part itself, as a linear probe over a frozen encoder does."""
+    return trained is None or evaluated is None or trained == evaluated or evaluated.startswith(trained + ".") \
+        or trained.startswith(evaluated + ".")
+
+
+def _unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``model`` of ``model.cuda().train()``: the module a chain of moves, casts and modes returns."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVES:
+        value = value.func.value
+    return value
+
+
+def _moved_self(value: cst.BaseExpression | None, receiver: str) -> bool:
+    """``model = model.cuda()``: a value that is the model itself, moved or cast."""
+    return value is not None and _unmoved(value) is not value and dotted_name(_unmoved(value)) == receiver
+
+
+def _mode_dependent_layer(call: cst.Call, qualified: str) -> bool:
+    """A torch layer or function that behaves differently in eval mode: named so (``nn.Dropout``,
+    ``nn.BatchNorm2d``, ``F.dropout``), or given a dropout (``nn.LSTM(..., dropout=0.2)``)."""
+    if MODE_DEPENDENT_LAYER.search(qualified.rsplit(".", 1)[-1]):
+        return True
+    return any(arg.keyword is not None and "dropout" in arg.keyword.value and not _zero(arg.value)
+               for arg in call.args)
+
+
+def _zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.evaluated_value) == 0

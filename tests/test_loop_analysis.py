@@ -272,3 +272,31 @@ def test_accumulation_and_its_count():
     found = accumulation(outer, bindings)
     assert found is not None and module.code_for_node(found.count) == "k"
     assert accumulation(micro, bindings) is None
+
+
+def test_an_inner_loop_cleared_before_the_step_does_not_accumulate():
+    module, bindings = parse("""
+        for x, y in loader:
+            for _ in range(attack_iters):
+                loss(x + delta).backward()
+                delta.grad.zero_()
+            opt.zero_grad()
+            loss(x + delta).backward()
+            opt.step()
+        for x, y in loader:
+            for _ in range(attack_iters):
+                loss(x + delta).backward()
+            opt.zero_grad()
+            loss(x + delta).backward()
+            opt.step()
+        for x, y in loader:
+            opt.zero_grad()
+            for micro in range(k):
+                loss(micro).backward()
+            opt.step()
+    """)
+    cleared_inside, cleared_after, accumulated = loops(module)[::2]
+    assert accumulation(cleared_inside, bindings) is None
+    assert accumulation(cleared_after, bindings) is None
+    found = accumulation(accumulated, bindings)  # cleared before the inner loop, not between it and the step
+    assert found is not None and module.code_for_node(found.count) == "k"
