@@ -55,7 +55,8 @@ change by design (the first epoch is unchanged). A `model.eval()` put in a valid
 reported at the call of the helper, and the fix is offered when the model's name there is known
 at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
 `eval()` comes before the iteration's training (a submodule frozen on purpose, such as
-`model.backbone.eval()` after `model.train()`); when any `train()` that may restore the model
+`model.backbone.eval()` after `model.train()`), or only on the loop's last iteration
+(`if i == len(steps) - 1:`; the loop around it is checked instead); when any `train()` that may restore the model
 runs in between: on the model, on a module that contains it, on a part of it (the training then
 sets the mode of each part itself, as `model.head.train()` over a frozen encoder does), on a
 name the rule cannot relate to it, or in a helper of another module named like training
@@ -82,7 +83,8 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.loops import MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, with_item_disables_grad
+from torchlint.analysis.loops import (MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
+                                      with_item_disables_grad)
 from torchlint.analysis.syntax import dotted_name, function_parameters, is_literal, method_call
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
@@ -149,9 +151,11 @@ class EvalModeLeftOn(Rule):
         events = self._events(node.body, 0, None, {}, frozenset())
         if not any(e.kind == "backward" for e in events):
             return
+        last = _on_last_iteration(node)
         left: dict[int, list[_Event]] = {}  # per call site in the loop body, the models it leaves in eval mode
         for index, event in enumerate(events):
-            if event.kind == "eval" and event.receiver is not None and self._is_model(event.receiver) \
+            if event.kind == "eval" and event.receiver is not None and id(event.site) not in last \
+                    and self._is_model(event.receiver) \
                     and self._left_on(events, index) and self._trained(node, event.receiver) \
                     and not self._mode_free(event.receiver):
                 same = left.setdefault(id(event.site), [])
@@ -344,6 +348,32 @@ class EvalModeLeftOn(Rule):
         lines = "".join(f"{indent}{restore}\n" for restore in restores)
         return self.fix(f"Call {' and '.join(f'`{r}`' for r in restores)} at the top of the loop",
                         self.insert_lines_before(first, lines))
+
+
+def _on_last_iteration(loop: cst.CSTNode) -> set[int]:
+    """The calls of the loop body that run only on its last iteration (under
+    ``if i == len(steps) - 1:``): no iteration of this loop follows them."""
+    found: set[int] = set()
+    depth = [0]  # the last-iteration tests the walk is in
+
+    def under(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.If) and is_last_iteration_test(node.test, loop)
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, (*SCOPES, cst.For, cst.While)):
+            return False  # an inner loop's tests are its own
+        if under(node):
+            depth[0] += 1
+        elif isinstance(node, cst.Call) and depth[0]:
+            found.add(id(node))
+        return True
+
+    def on_leave(node: cst.CSTNode) -> None:
+        if under(node):
+            depth[0] -= 1
+
+    walk(loop.body, on_visit, on_leave)
+    return found
 
 
 def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
