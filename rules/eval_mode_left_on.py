@@ -49,23 +49,22 @@ for epoch in range(epochs):
 
 ## Fix safety
 
-The fix adds `model.train()` as the first statement of the loop. It is unsafe: it repairs the
-bug, so from the second epoch on dropout and batch norm behave differently and the values
-change by design (the first epoch is unchanged). A `model.eval()` put in a validation helper is
-reported at the call of the helper, and the fix is offered when the model's name there is known
-at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
-`eval()` comes before the iteration's training (a submodule frozen on purpose, such as
-`model.backbone.eval()` after `model.train()`), or only on the loop's last iteration
-(`if i == len(steps) - 1:`; the loop around it is checked instead); when any `train()` that may restore the model
-runs in between: on the model, on a module that contains it, on a part of it (the training then
-sets the mode of each part itself, as `model.head.train()` over a frozen encoder does), on a
-name the rule cannot relate to it, or in a helper of another module named like training
-(`train_one_epoch(model)`); for a model kept out of training on purpose (named like an EMA copy,
-a teacher or a target network, or only called under `no_grad` in the loop); for a model built
-in the file from layers that behave the same in both modes (no dropout, no normalization:
+The fix adds `model.train()` as the first statement of the loop. It is unsafe: it repairs the bug,
+so from the second epoch on dropout and batch norm behave differently and the values change by
+design (the first epoch is unchanged). A `model.eval()` put in a validation helper is reported at
+the call of the helper, and the fix is offered when the model's name there is known at the loop
+(passed as an argument, `self.model`, or a global). The rule stays silent when the `eval()` comes
+before the iteration's training (a submodule frozen on purpose, such as `model.backbone.eval()`
+after `model.train()`), or only on the loop's last iteration (`if i == len(steps) - 1:`; the loop
+around it is checked instead); when any `train()` that may restore the model runs in between: on the
+model, on a module that contains it, on a part of it (the training then sets the mode of each part
+itself, as `model.head.train()` over a frozen encoder does), on a name the rule cannot relate to it,
+or in a helper of another module named like training (`train_one_epoch(model)`); for a model kept
+out of training on purpose (named like an EMA copy, a teacher or a target network, or only called
+under `no_grad` in the loop); for a model built in the file from layers that behave the same in both
+modes (no dropout, no batch norm, no instance norm that tracks running statistics;
 `model = model.cuda()` keeps the model it moves, and an initialization that only names
-`nn.BatchNorm2d` in an `isinstance` test builds none); and for an `eval()` on something the file
-never calls as a model.
+`nn.BatchNorm2d` in an `isinstance` test builds none); and for an `eval()` on something the file never calls as a model.
 
 ## References
 
@@ -85,7 +84,7 @@ import libcst as cst
 from torchlint.analysis.flow import argument_for, function_of_call
 from torchlint.analysis.loops import (MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
                                       with_item_disables_grad)
-from torchlint.analysis.syntax import dotted_name, function_parameters, is_literal, method_call
+from torchlint.analysis.syntax import dotted_name, find_keyword, function_parameters, is_literal, method_call
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -97,9 +96,10 @@ FROZEN_NAME = re.compile(r"ema|teacher|target|averag|swa|shadow|momentum|frozen"
 # `set_train_mode(model)`.
 TRAINING_HELPER = re.compile(r"(^|[._])(train|training)(_|$)|train_mode", re.IGNORECASE)
 # Layers and functions whose behaviour depends on the training mode, by their name: dropout, batch
-# and instance normalization, RReLU, and torch's transformer layers (their dropout is 0.1 by default).
-MODE_DEPENDENT_LAYER = re.compile(r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|rrelu|transformer",
-                                  re.IGNORECASE)
+# normalization, RReLU, and torch's transformer layers (their dropout is 0.1 by default). Instance
+# normalization depends on it only when it tracks running statistics (`track_running_stats=True`).
+MODE_DEPENDENT_LAYER = re.compile(r"dropout|batchnorm|batch_norm|rrelu|transformer", re.IGNORECASE)
+INSTANCE_NORM = re.compile(r"instancenorm", re.IGNORECASE)
 # Code that reads or switches the training mode itself.
 READS_MODE = re.compile(r"\btraining\b|\.train\(|\.eval\(", re.IGNORECASE)
 # What a model is kept under when it is moved, cast or put in a mode: `model = model.cuda()`.
@@ -290,8 +290,23 @@ class EvalModeLeftOn(Rule):
         """Is the model one the file builds from layers that behave the same in both modes (no
         dropout, no normalization, nothing that reads ``self.training``)? Then eval mode changes
         nothing, and there is nothing to report. ``model = model.cuda()`` keeps the model it moves."""
-        values = [value for value in self.ctx.bindings.values(receiver) if not _moved_self(value, receiver)]
+        values = [value for value in self._values(receiver) if not _moved_self(value, receiver)]
         return bool(values) and all(value is not None and self._built_mode_free(value, 0) for value in values)
+
+    def _values(self, receiver: str) -> list[cst.BaseExpression | None]:
+        """The values of the model's name where the loop runs: a local of the loop's function, or
+        else a global (a name of the same spelling bound in another function is another variable);
+        a dotted name (``self.model``) has the values the whole file gives it."""
+        if "." in receiver:
+            return self.ctx.bindings.values(receiver)
+        function = self.ctx.enclosing_function()
+        if function is not None:
+            local = self.ctx.bindings.scope(function).assigned.get(receiver)
+            if local is not None:
+                return local
+            if receiver in function_parameters(function):
+                return []
+        return self.ctx.bindings.scope(self.ctx.module).assigned.get(receiver, [])
 
     def _built_mode_free(self, value: cst.BaseExpression, depth: int) -> bool:
         value = _unmoved(value)
@@ -428,9 +443,14 @@ def _moved_self(value: cst.BaseExpression | None, receiver: str) -> bool:
 
 def _mode_dependent_layer(call: cst.Call, qualified: str) -> bool:
     """A torch layer or function that behaves differently in eval mode: named so (``nn.Dropout``,
-    ``nn.BatchNorm2d``, ``F.dropout``), or given a dropout (``nn.LSTM(..., dropout=0.2)``)."""
-    if MODE_DEPENDENT_LAYER.search(qualified.rsplit(".", 1)[-1]):
+    ``nn.BatchNorm2d``, ``F.dropout``), an instance norm that tracks running statistics, or a layer
+    given a dropout (``nn.LSTM(..., dropout=0.2)``)."""
+    name = qualified.rsplit(".", 1)[-1]
+    if MODE_DEPENDENT_LAYER.search(name):
         return True
+    if INSTANCE_NORM.search(name):
+        tracks = find_keyword(call, "track_running_stats")
+        return tracks is not None and not is_literal(tracks.value, False)
     return any(arg.keyword is not None and "dropout" in arg.keyword.value and not _zero(arg.value)
                for arg in call.args)
 
