@@ -7,6 +7,13 @@ evaluation and the training of the next iteration: the model goes into the secon
 mode. The file's own functions are followed, so a `model.train()` at the top of a `train_epoch()`
 helper counts, and so does a `model.eval()` inside a `validate()` helper.
 
+Off by default: whether a finding is real depends on things one file rarely settles: whether the
+model has any layer that behaves differently in eval mode (a library model, or one built in
+another file), and whether code the rule cannot follow switches it back. On public training code
+(bench/results/catalog-2026-loops.md) 2 of its first 13 findings were right; each round of
+tightening then met new wrong shapes on code it had not seen. Turn it on with
+`--extend-select TL806` to audit a training script.
+
 ## Why is it wrong
 
 `model.eval()` is a switch, not a scope: dropout stays off and batch normalization keeps using
@@ -135,6 +142,7 @@ class EvalModeLeftOn(Rule):
     kind = "correctness"
     summary = "`model.eval()` in a training loop with no `model.train()` before the next training steps"
     fix_applicability = "unsafe"
+    default_enabled = False
 
     @classmethod
     def applies(cls, text: str) -> bool:
