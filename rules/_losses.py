@@ -4,6 +4,8 @@ the loss when nothing else uses its output."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.analysis.losses import Activation
@@ -36,10 +38,22 @@ def _used_once(ctx: RuleContext, found: Activation) -> bool:
     return len(assigned) == 1 and names.references.get(found.through, 0) == 2
 
 
+class _NoComments(cst.CSTTransformer):
+    def leave_Comment(self, original_node: cst.Comment, updated_node: cst.Comment) -> cst.RemovalSentinel:
+        return cst.RemovalSentinel.REMOVE
+
+
+def one_line(node: cst.CSTNode) -> str:
+    """The code of a node on one line, as a message quotes it: comments dropped, line breaks and
+    indentation inside brackets closed up (``F.softmax(\n    z, dim=1)`` -> ``F.softmax(z, dim=1)``)."""
+    code = " ".join(cst.Module([]).code_for_node(node.visit(_NoComments())).split())
+    return re.sub(r"([(\[{]) | ([)\]}])", lambda m: m.group(1) or m.group(2), code)
+
+
 def given_value(ctx: RuleContext, found: Activation) -> str:
     """The value a loss is given, as a message names it: ```F.softmax(z, 1)```, ```probs`
     (`F.softmax(z, 1)`)``, or ``the output of `model`, whose last step is `nn.Softmax()```."""
-    code = ctx.code_for(found.node)
+    code = one_line(found.node)
     if found.source is None:
         return f"the output of `{found.through}`, whose last step is `{code}`," if found.through else f"`{code}`"
     if found.through is not None:

@@ -47,7 +47,9 @@ backpropagated value is divided or multiplied (`(loss / k).backward()`, `loss = 
 rescaled before the step (`p.grad /= k`, `p.grad.div_(k)`), or the loss is computed by a helper
 of the file that mentions the count. It stays silent when the file sums on purpose
 (`reduction="sum"`, `size_average=False`), when the backward belongs to a framework that scales
-for you (`accelerator.backward(loss)`, a DeepSpeed engine's `backward(loss)`), for a GAN's
+for you (`accelerator.backward(loss)`, a DeepSpeed engine's `backward(loss)`), for an inner
+loop whose gradients are cleared before the step (an adversarial attack that backpropagates to
+its perturbation, then `optimizer.zero_grad()` before the training's own backward), for a GAN's
 `n_critic` schedule (the generator's backward and step are under the same test: not
 accumulation), and in test code.
 

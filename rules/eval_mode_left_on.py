@@ -7,6 +7,13 @@ evaluation and the training of the next iteration: the model goes into the secon
 mode. The file's own functions are followed, so a `model.train()` at the top of a `train_epoch()`
 helper counts, and so does a `model.eval()` inside a `validate()` helper.
 
+Off by default: whether a finding is real depends on things one file rarely settles: whether the
+model has any layer that behaves differently in eval mode (a library model, or one built in
+another file), and whether code the rule cannot follow switches it back. On public training code
+(bench/results/catalog-2026-loops.md) 2 of its first 13 findings were right; each round of
+tightening then met new wrong shapes on code it had not seen. Turn it on with
+`--extend-select TL806` to audit a training script.
+
 ## Why is it wrong
 
 `model.eval()` is a switch, not a scope: dropout stays off and batch normalization keeps using
@@ -49,19 +56,22 @@ for epoch in range(epochs):
 
 ## Fix safety
 
-The fix adds `model.train()` as the first statement of the loop. It is unsafe: it repairs the
-bug, so from the second epoch on dropout and batch norm behave differently and the values
-change by design (the first epoch is unchanged). A `model.eval()` put in a validation helper is
-reported at the call of the helper, and the fix is offered when the model's name there is known
-at the loop (passed as an argument, `self.model`, or a global). The rule stays silent when the
-`eval()` comes before the iteration's training (a submodule frozen on purpose, such as
-`model.backbone.eval()` after `model.train()`), when any `train()` that may restore the model runs
-in between (on the model, on a module that contains it, on a name the rule cannot relate to it,
-or in a helper of another module named like training, `train_one_epoch(model)`), for a model
-kept out of training on purpose (named like an EMA copy, a teacher or a target network, or only
-called under `no_grad` in the loop), for a model built in the file from layers that behave the
-same in both modes (no dropout, no normalization), and for an `eval()` on something the file
-never calls as a model.
+The fix adds `model.train()` as the first statement of the loop. It is unsafe: it repairs the bug,
+so from the second epoch on dropout and batch norm behave differently and the values change by
+design (the first epoch is unchanged). A `model.eval()` put in a validation helper is reported at
+the call of the helper, and the fix is offered when the model's name there is known at the loop
+(passed as an argument, `self.model`, or a global). The rule stays silent when the `eval()` comes
+before the iteration's training (a submodule frozen on purpose, such as `model.backbone.eval()`
+after `model.train()`), or only on the loop's last iteration (`if i == len(steps) - 1:`; the loop
+around it is checked instead); when any `train()` that may restore the model runs in between: on the
+model, on a module that contains it, on a part of it (the training then sets the mode of each part
+itself, as `model.head.train()` over a frozen encoder does), on a name the rule cannot relate to it,
+or in a helper of another module named like training (`train_one_epoch(model)`); for a model kept
+out of training on purpose (named like an EMA copy, a teacher or a target network, or only called
+under `no_grad` in the loop); for a model built in the file from layers that behave the same in both
+modes (no dropout, no batch norm, no instance norm that tracks running statistics;
+`model = model.cuda()` keeps the model it moves, and an initialization that only names
+`nn.BatchNorm2d` in an `isinstance` test builds none); and for an `eval()` on something the file never calls as a model.
 
 ## References
 
@@ -79,8 +89,9 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.loops import MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, with_item_disables_grad
-from torchlint.analysis.syntax import dotted_name, function_parameters, is_literal, method_call
+from torchlint.analysis.loops import (MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
+                                      with_item_disables_grad)
+from torchlint.analysis.syntax import dotted_name, find_keyword, function_parameters, is_literal, method_call
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -91,8 +102,15 @@ FROZEN_NAME = re.compile(r"ema|teacher|target|averag|swa|shadow|momentum|frozen"
 # A helper of another module that may switch a model to training mode: `train_one_epoch(model, ...)`,
 # `set_train_mode(model)`.
 TRAINING_HELPER = re.compile(r"(^|[._])(train|training)(_|$)|train_mode", re.IGNORECASE)
-# Layers and code whose behaviour depends on the training mode.
-MODE_DEPENDENT = re.compile(r"dropout|norm|training|rrelu|\.train\(|\.eval\(", re.IGNORECASE)
+# Layers and functions whose behaviour depends on the training mode, by their name: dropout, batch
+# normalization, RReLU, and torch's transformer layers (their dropout is 0.1 by default). Instance
+# normalization depends on it only when it tracks running statistics (`track_running_stats=True`).
+MODE_DEPENDENT_LAYER = re.compile(r"dropout|batchnorm|batch_norm|rrelu|transformer", re.IGNORECASE)
+INSTANCE_NORM = re.compile(r"instancenorm", re.IGNORECASE)
+# Code that reads or switches the training mode itself.
+READS_MODE = re.compile(r"\btraining\b|\.train\(|\.eval\(", re.IGNORECASE)
+# What a model is kept under when it is moved, cast or put in a mode: `model = model.cuda()`.
+MOVES = ("to", "cuda", "cpu", "float", "double", "half", "train")
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
@@ -124,6 +142,7 @@ class EvalModeLeftOn(Rule):
     kind = "correctness"
     summary = "`model.eval()` in a training loop with no `model.train()` before the next training steps"
     fix_applicability = "unsafe"
+    default_enabled = False
 
     @classmethod
     def applies(cls, text: str) -> bool:
@@ -140,9 +159,11 @@ class EvalModeLeftOn(Rule):
         events = self._events(node.body, 0, None, {}, frozenset())
         if not any(e.kind == "backward" for e in events):
             return
+        last = _on_last_iteration(node)
         left: dict[int, list[_Event]] = {}  # per call site in the loop body, the models it leaves in eval mode
         for index, event in enumerate(events):
-            if event.kind == "eval" and event.receiver is not None and self._is_model(event.receiver) \
+            if event.kind == "eval" and event.receiver is not None and id(event.site) not in last \
+                    and self._is_model(event.receiver) \
                     and self._left_on(events, index) and self._trained(node, event.receiver) \
                     and not self._mode_free(event.receiver):
                 same = left.setdefault(id(event.site), [])
@@ -276,14 +297,27 @@ class EvalModeLeftOn(Rule):
     def _mode_free(self, receiver: str) -> bool:
         """Is the model one the file builds from layers that behave the same in both modes (no
         dropout, no normalization, nothing that reads ``self.training``)? Then eval mode changes
-        nothing, and there is nothing to report."""
-        values = self.ctx.bindings.values(receiver)
+        nothing, and there is nothing to report. ``model = model.cuda()`` keeps the model it moves."""
+        values = [value for value in self._values(receiver) if not _moved_self(value, receiver)]
         return bool(values) and all(value is not None and self._built_mode_free(value, 0) for value in values)
 
+    def _values(self, receiver: str) -> list[cst.BaseExpression | None]:
+        """The values of the model's name where the loop runs: a local of the loop's function, or
+        else a global (a name of the same spelling bound in another function is another variable);
+        a dotted name (``self.model``) has the values the whole file gives it."""
+        if "." in receiver:
+            return self.ctx.bindings.values(receiver)
+        function = self.ctx.enclosing_function()
+        if function is not None:
+            local = self.ctx.bindings.scope(function).assigned.get(receiver)
+            if local is not None:
+                return local
+            if receiver in function_parameters(function):
+                return []
+        return self.ctx.bindings.scope(self.ctx.module).assigned.get(receiver, [])
+
     def _built_mode_free(self, value: cst.BaseExpression, depth: int) -> bool:
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "train"):
-            value = value.func.value
+        value = _unmoved(value)
         if not isinstance(value, cst.Call) or depth > MAX_DEPTH:
             return False
         qualified = self.ctx.bindings.qualified_name(value.func)
@@ -293,9 +327,11 @@ class EvalModeLeftOn(Rule):
         return len(classes) == 1 and self._layers_mode_free(classes[0], depth)
 
     def _layers_mode_free(self, tree: cst.CSTNode, depth: int) -> bool:
-        """Every layer built in ``tree`` is a ``torch.nn`` layer that does not depend on the mode,
-        or a class of the file built of such layers."""
-        if MODE_DEPENDENT.search(self.ctx.code_for(tree)):
+        """Every layer built in ``tree`` is a ``torch`` layer that does not depend on the mode, or
+        a class or a builder function of the file built of such layers; nothing reads the mode.
+        Only the calls count: ``isinstance(m, nn.BatchNorm2d)`` in a weight initialization builds
+        no batch norm."""
+        if READS_MODE.search(self.ctx.code_for(tree)):
             return False
         free = [True]
 
@@ -304,12 +340,13 @@ class EvalModeLeftOn(Rule):
                 return free[0]
             qualified = self.ctx.bindings.qualified_name(node.func)
             if qualified is not None:
-                free[0] = qualified.startswith("torch.")
+                free[0] = qualified.startswith("torch.") and not _mode_dependent_layer(node, qualified)
             else:
                 name = dotted_name(node.func)
-                classes = self.ctx.bindings.defined(name, cst.ClassDef) if name else []
-                if classes:
-                    free[0] = self._layers_mode_free(classes[0], depth + 1) if depth < MAX_DEPTH else False
+                built = [*self.ctx.bindings.defined(name, cst.ClassDef),
+                         *self.ctx.bindings.defined(name, cst.FunctionDef)] if name and "." not in name else []
+                if built:
+                    free[0] = depth < MAX_DEPTH and len(built) == 1 and self._layers_mode_free(built[0], depth + 1)
             return free[0]
 
         walk(tree, on_visit)
@@ -334,6 +371,32 @@ class EvalModeLeftOn(Rule):
         lines = "".join(f"{indent}{restore}\n" for restore in restores)
         return self.fix(f"Call {' and '.join(f'`{r}`' for r in restores)} at the top of the loop",
                         self.insert_lines_before(first, lines))
+
+
+def _on_last_iteration(loop: cst.CSTNode) -> set[int]:
+    """The calls of the loop body that run only on its last iteration (under
+    ``if i == len(steps) - 1:``): no iteration of this loop follows them."""
+    found: set[int] = set()
+    depth = [0]  # the last-iteration tests the walk is in
+
+    def under(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.If) and is_last_iteration_test(node.test, loop)
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, (*SCOPES, cst.For, cst.While)):
+            return False  # an inner loop's tests are its own
+        if under(node):
+            depth[0] += 1
+        elif isinstance(node, cst.Call) and depth[0]:
+            found.add(id(node))
+        return True
+
+    def on_leave(node: cst.CSTNode) -> None:
+        if under(node):
+            depth[0] -= 1
+
+    walk(loop.body, on_visit, on_leave)
+    return found
 
 
 def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
@@ -367,5 +430,38 @@ def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
 
 def _restores(trained: str | None, evaluated: str | None) -> bool:
     """Does ``trained.train()`` put ``evaluated`` back in training mode (the same module, one that
-    contains it, or a name that cannot be related to it)?"""
-    return trained is None or evaluated is None or trained == evaluated or evaluated.startswith(trained + ".")
+    contains it, or a name that cannot be related to it)? A part of the model switched back
+    (``model.head.train()`` after ``model.eval()``) counts too: the training then chooses the mode of
+    each part itself, as a linear probe over a frozen encoder does."""
+    return trained is None or evaluated is None or trained == evaluated or evaluated.startswith(trained + ".") \
+        or trained.startswith(evaluated + ".")
+
+
+def _unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``model`` of ``model.cuda().train()``: the module a chain of moves, casts and modes returns."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVES:
+        value = value.func.value
+    return value
+
+
+def _moved_self(value: cst.BaseExpression | None, receiver: str) -> bool:
+    """``model = model.cuda()``: a value that is the model itself, moved or cast."""
+    return value is not None and _unmoved(value) is not value and dotted_name(_unmoved(value)) == receiver
+
+
+def _mode_dependent_layer(call: cst.Call, qualified: str) -> bool:
+    """A torch layer or function that behaves differently in eval mode: named so (``nn.Dropout``,
+    ``nn.BatchNorm2d``, ``F.dropout``), an instance norm that tracks running statistics, or a layer
+    given a dropout (``nn.LSTM(..., dropout=0.2)``)."""
+    name = qualified.rsplit(".", 1)[-1]
+    if MODE_DEPENDENT_LAYER.search(name):
+        return True
+    if INSTANCE_NORM.search(name):
+        tracks = find_keyword(call, "track_running_stats")
+        return tracks is not None and not is_literal(tracks.value, False)
+    return any(arg.keyword is not None and "dropout" in arg.keyword.value and not _zero(arg.value)
+               for arg in call.args)
+
+
+def _zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.evaluated_value) == 0

@@ -41,9 +41,10 @@ No fix: moving the step changes which gradients it applies, and where the author
 (after which backward, before or after clipping and scaler updates) is not always clear. The
 rule stays silent for a step under a condition (`if i % k == 0: optimizer.step()` at the top of
 an iteration applies the gradients accumulated over the previous ones, on purpose), for a step
-that is not an optimizer's (`scheduler.step()`, `env.step(action)`), and when a backward of the
-same iteration comes before the step (a GAN's discriminator step before its generator's
-backward is in order).
+that is not an optimizer's (`scheduler.step()`, `env.step(action)`), for a step that computes its
+own gradients (`optimizer.step(closure)`, or a differentiable optimizer's `step(loss)` from the
+`higher` library), and when a backward of the same iteration comes before the step (a GAN's
+discriminator step before its generator's backward is in order).
 
 ## References
 
@@ -57,7 +58,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.analysis.loops import is_backward_call
-from torchlint.analysis.steps import ast_steps_in_training_loops, stepped_optimizer
+from torchlint.analysis.steps import ast_steps_in_training_loops, optimizer_like, stepped_optimizer
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import innermost_training_loop
@@ -79,7 +80,7 @@ class StepBeforeBackward(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = stepped_optimizer(node, self.ctx.bindings)
-        if optimizer is None:
+        if optimizer is None or self._computes_gradients(node):
             return
         loop = innermost_training_loop(self.ctx)
         if loop is None or self._conditional(loop):
@@ -91,6 +92,13 @@ class StepBeforeBackward(Rule):
         self.report(node, f"`{self.ctx.code_for(node)}` runs before `{backward}()` in the same iteration: it "
                           "applies the previous iteration's gradients (or none, once they are cleared), so the "
                           "updates lag a batch behind or never happen; step after the backward")
+
+    def _computes_gradients(self, step: cst.Call) -> bool:
+        """``optimizer.step(closure)`` (LBFGS) runs the backward itself, and a differentiable
+        optimizer's ``inner_optimizer.step(loss)`` (the ``higher`` library) takes the loss: neither
+        applies gradients left from before. (``scaler.step(optimizer)`` is given the optimizer.)"""
+        return bool(step.args) and isinstance(step.func, cst.Attribute) and step.func.attr.value == "step" \
+            and optimizer_like(step.func.value, self.ctx.bindings) is not None
 
     def _conditional(self, loop: cst.CSTNode) -> bool:
         """Is the step under a condition inside the loop (a deliberate deferred step)?"""

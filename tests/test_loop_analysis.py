@@ -11,6 +11,7 @@ import pytest
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import argument_for, function_of_call, path_to, reaching_assignments
+from torchlint.analysis.loops import is_last_iteration_test
 from torchlint.analysis.losses import Losses, first_input
 from torchlint.analysis.steps import accumulation, clears_gradients, optimizer_like, stepped_optimizer
 from torchlint.analysis.walk import walk
@@ -272,3 +273,51 @@ def test_accumulation_and_its_count():
     found = accumulation(outer, bindings)
     assert found is not None and module.code_for_node(found.count) == "k"
     assert accumulation(micro, bindings) is None
+
+
+def test_an_inner_loop_cleared_before_the_step_does_not_accumulate():
+    module, bindings = parse("""
+        for x, y in loader:
+            for _ in range(attack_iters):
+                loss(x + delta).backward()
+                delta.grad.zero_()
+            opt.zero_grad()
+            loss(x + delta).backward()
+            opt.step()
+        for x, y in loader:
+            for _ in range(attack_iters):
+                loss(x + delta).backward()
+            opt.zero_grad()
+            loss(x + delta).backward()
+            opt.step()
+        for x, y in loader:
+            opt.zero_grad()
+            for micro in range(k):
+                loss(micro).backward()
+            opt.step()
+    """)
+    cleared_inside, cleared_after, accumulated = loops(module)[::2]
+    assert accumulation(cleared_inside, bindings) is None
+    assert accumulation(cleared_after, bindings) is None
+    found = accumulation(accumulated, bindings)  # cleared before the inner loop, not between it and the step
+    assert found is not None and module.code_for_node(found.count) == "k"
+
+
+@pytest.mark.parametrize("test, last", [
+    ("i == len(steps) - 1", True),
+    ("i + 1 == len(loader)", True),
+    ("len(loader) - 1 <= i", True),
+    ("i >= len(batches) - 1", True),
+    ("i % 100 == 0", False),  # periodic, not the last
+    ("i == 0", False),  # the first
+    ("j == len(loader) - 1", False),  # not the loop's index
+    ("f(i) == len(loader)", False),
+])
+def test_last_iteration_tests(test, last):
+    module, _ = parse(f"""
+        for i, (x, y) in enumerate(loader):
+            if {test}:
+                pass
+    """)
+    loop = loops(module)[0]
+    assert is_last_iteration_test(loop.body.body[0].test, loop) is last

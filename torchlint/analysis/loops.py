@@ -19,7 +19,7 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
-from torchlint.analysis.syntax import dotted_name, is_literal, method_call, root_names
+from torchlint.analysis.syntax import dotted_name, is_literal, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 
 if TYPE_CHECKING:
@@ -193,6 +193,49 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
     finder = _RemainderFinder()
     visit(test, finder)
     return finder.found
+
+
+def is_last_iteration_test(test: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+    """A condition that holds only on the last iteration of a ``for`` loop: the loop's index
+    compared with the length of what it runs over (``i == len(steps) - 1``,
+    ``batch + 1 == len(loader)``, ``i >= len(batches) - 1``)."""
+    if not isinstance(loop, cst.For) or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    comparison = test.comparisons[0]
+    if not isinstance(comparison.operator, (cst.Equal, cst.GreaterThanEqual, cst.LessThanEqual)):
+        return False
+    index = target_names(loop.target)
+    sides = (test.left, comparison.comparator)
+    return any(_only_names(side, index) and _takes_length(other) for side, other in (sides, sides[::-1]))
+
+
+def _only_names(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """An expression of the loop's index and constants only (``i``, ``i + 1``)."""
+    written = names_in(expr)
+    return bool(written) and written <= names and not _has_call(expr)
+
+
+def _takes_length(expr: cst.BaseExpression) -> bool:
+    """``len(x) - 1``: an expression that calls ``len``."""
+    found = []
+    visit(expr, _CallFinder(found, lambda call: isinstance(call.func, cst.Name) and call.func.value == "len"))
+    return bool(found)
+
+
+def _has_call(expr: cst.BaseExpression) -> bool:
+    found = []
+    visit(expr, _CallFinder(found, lambda call: True))
+    return bool(found)
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, found: list, wanted: Callable[[cst.Call], bool]) -> None:
+        self.found = found
+        self.wanted = wanted
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.wanted(node):
+            self.found.append(node)
 
 
 class _ModelCalls(cst.CSTVisitor):

@@ -269,7 +269,8 @@ def accumulation(loop: cst.CSTNode, bindings: Bindings) -> Accumulation | None:
         for inner in _inner_loops(events):
             micro, count = _micro_batch_count(inner) if isinstance(inner, cst.For) else (False, None)
             inside = tuple(b for b, outer in events.backwards if inner in outer)
-            if micro and inside and not any(inner in outer for _, outer in events.steps):
+            if micro and inside and not any(inner in outer for _, outer in events.steps) \
+                    and not _cleared_before_step(loop, inner, call, bindings):
                 return Accumulation(loop, call, inside, count)
     # every step under a remainder test (or after `if <test>: continue`), a backward outside it
     found = None
@@ -289,6 +290,18 @@ def accumulation(loop: cst.CSTNode, bindings: Bindings) -> Accumulation | None:
         if outside and found is None:
             found = Accumulation(loop, call, outside, _periodic_guard(guard.test, bindings))
     return found
+
+
+def _cleared_before_step(loop: cst.CSTNode, inner: cst.CSTNode, step: cst.Call, bindings: Bindings) -> bool:
+    """Are the gradients of an inner loop's backward cleared before the step: in the inner loop
+    itself (an adversarial attack's loop, which backpropagates to the input and clears its
+    gradient, ``delta.grad.zero_()``), or by a statement between the inner loop and the step
+    (``optimizer.zero_grad()`` before the training's own backward)? Then nothing accumulates."""
+    if clears_gradients(inner.body, bindings):
+        return True
+    body = loop.body.body
+    return any(clears_gradients(statement, bindings)
+               for statement in body[_position(loop, inner) + 1:_position(loop, step)])
 
 
 def _position(loop: cst.CSTNode, node: cst.CSTNode) -> int:
