@@ -47,15 +47,19 @@ def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
     return moved
 
 
-def ast_rebound_moves(index: SyntaxIndex) -> bool:
-    """Any ``z = z.to(...)``/``z = z.cuda(...)`` whose block assigned ``z`` a call before: the
-    precheck twin of bound_factory_move."""
+def ast_rebound_moves(index: SyntaxIndex, *factories: str) -> bool:
+    """Any ``z = z.to(...)``/``z = z.cuda(...)`` where the file also assigns ``z`` a call of one
+    of ``factories``: the precheck twin of bound_factory_move."""
+    wanted = index.names(factories)
+    made = {assign.targets[0].id for assign in index.nodes(ast.Assign)
+            if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)
+            and isinstance(assign.value, ast.Call) and ast_callee(assign.value) in wanted}
     for assign in index.nodes(ast.Assign):
         value = assign.value
-        if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and isinstance(value, ast.Call) \
-                and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to") \
-                and isinstance(value.func.value, ast.Name) and value.func.value.id == assign.targets[0].id \
-                and ast_may_move(index, value):
+        if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id in made \
+                and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("cuda", "to") and isinstance(value.func.value, ast.Name) \
+                and value.func.value.id == assign.targets[0].id and ast_may_move(index, value):
             return True
     return False
 

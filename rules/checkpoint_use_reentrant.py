@@ -67,11 +67,15 @@ reported.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.analysis.syntax import ast_find_keyword, find_argument, has_star_args
 from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, SyntaxIndex
+
+TORCH_UTILS_IMPORT = re.compile(r"from\s+torch\.utils\s+import\s*(?:\([^)]*|[^\n]*)\bcheckpoint\b")
 
 CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 CHECKPOINT_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
@@ -88,7 +92,12 @@ class CheckpointUseReentrant(Rule):
     kind = "deprecation"
     summary = "`torch.utils.checkpoint` without `use_reentrant=` (a warning every call; `False` is recommended)"
     fix_applicability = "unsafe"
-    triggers = ("checkpoint",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # torch's checkpoint is named through `torch.utils.checkpoint` or `from torch.utils import
+        # checkpoint`: other libraries' `checkpoint` functions are not it
+        return "utils.checkpoint" in text or TORCH_UTILS_IMPORT.search(text) is not None
     torch_versions = ">=1.11"
 
     @classmethod

@@ -71,6 +71,8 @@ directly on purpose (to test it without the hooks).
 
 from __future__ import annotations
 
+import re
+
 import ast
 from functools import cached_property
 
@@ -79,13 +81,19 @@ import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 
+FORWARD_CALL = re.compile(r"\.\s*forward\s*\(")
+
+
 class ForwardCall(Rule):
     code = "TL506"
     name = "forward-call"
     kind = "correctness"
     summary = "`module.forward(x)` instead of `module(x)`: the module's hooks (FSDP2, pruning, compile) are skipped"
     fix_applicability = "unsafe"
-    triggers = ("forward",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return FORWARD_CALL.search(text) is not None
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:

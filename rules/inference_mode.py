@@ -75,7 +75,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.escapes import leaks
-from torchlint.analysis.loops import EVAL_FUNCTION, LOOPS, calls_model, last_mode_call
+from torchlint.analysis.loops import AST_LOOPS, EVAL_FUNCTION, LOOPS, ast_loop_lines, calls_model, last_mode_call
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -98,8 +98,17 @@ class InferenceMode(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(isinstance(item.context_expr, ast.Call) and index.is_call(item.context_expr, "no_grad")
-                   for node in index.nodes(ast.With) for item in node.items)
+        # a `with no_grad():` in a loop, around one, or in a function named for inference
+        # (_evaluation's necessary conditions)
+        withs = [node for node in index.nodes(ast.With) if any(
+            isinstance(item.context_expr, ast.Call) and index.is_call(item.context_expr, "no_grad")
+            for item in node.items)]
+        if not withs:
+            return False
+        in_loops = ast_loop_lines(index)
+        inference = [f for f in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef) if INFERENCE_FUNCTION.search(f.name)]
+        return any(in_loops[node.lineno] or any(isinstance(n, AST_LOOPS) for n in ast.walk(node))
+                   or any(f.lineno <= node.lineno <= f.end_lineno for f in inference) for node in withs)
 
     def visit_With(self, node: cst.With) -> None:
         items = [item for item in node.items if isinstance(item.item, cst.Call) and not item.item.args

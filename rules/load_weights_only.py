@@ -57,6 +57,8 @@ default is already `weights_only=True`.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument,
@@ -68,13 +70,19 @@ LOADS = frozenset({"torch.load", "torch.serialization.load"})
 PICKLE_MODULE_POSITION = 2  # torch.load(f, map_location, pickle_module, *, weights_only, ...)
 
 
+LOAD_CALL = re.compile(r"\bload\s*\(")
+
+
 class LoadWeightsOnly(Rule):
     code = "TL104"
     name = "load-weights-only"
     kind = "correctness"
     summary = "`torch.load` without `weights_only=` unpickles arbitrary objects before torch 2.6"
     fix_applicability = "unsafe"
-    triggers = ("load",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return LOAD_CALL.search(text) is not None
     # `weights_only` exists since 1.13; from 2.6 on it defaults to True
     torch_versions = ">=1.13,<2.6"
 

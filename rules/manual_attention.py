@@ -83,7 +83,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.attention import Attention, AttentionFinder, is_negative_infinity
-from torchlint.analysis.syntax import is_literal, names_in, target_names
+from torchlint.analysis.syntax import code_text, is_literal, names_in, target_names
 from torchlint.analysis.walk import visit
 from torchlint.fixes import NodeEdit, statement_edit
 from torchlint.rule import Rule, SyntaxIndex
@@ -93,6 +93,7 @@ FUSED_ATTENTION = re.compile(r"scaled_dot_product_attention|flash_attn|flash_att
                              r"memory_efficient_attention|flex_attention|_attn_implementation|"
                              r"ALL_ATTENTION_FUNCTIONS|\bsdpa\b")
 SDPA = "scaled_dot_product_attention"
+MATMUL_OPERATOR = re.compile(r"[\w)\]][ \t]*@")
 FLOAT_CALLS = re.compile(r"^(math|np|numpy)\.\w+$")
 
 
@@ -106,13 +107,17 @@ class ManualAttention(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return "oftmax" in text and ("@" in text or "matmul" in text or "bmm" in text)
+        # `a @ b` (not a decorator: something is written before the `@` on its line)
+        return "oftmax" in text and ("matmul" in text or "bmm" in text or MATMUL_OPERATOR.search(text) is not None)
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         products = any(isinstance(node.op, ast.MatMult) for node in index.nodes(ast.BinOp)) \
             or bool(index.calls("matmul", "bmm"))
-        return products and bool(index.calls("softmax", "Softmax"))
+        if not products or not index.calls("softmax", "Softmax"):
+            return False
+        # a file that already has fused attention gets no finding (see __init__): its code says so
+        return not (FUSED_ATTENTION.search(index.source) and FUSED_ATTENTION.search(code_text(index.source)))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -127,10 +132,10 @@ class ManualAttention(Rule):
         self._check(node)
 
     def _check(self, node: cst.CSTNode) -> None:
-        if self.skip or self.ctx.compat.in_fallback():
+        if self.skip:
             return
         found = self.finder.at(node)
-        if found is None:
+        if found is None or self.ctx.compat.in_fallback():  # the finder first: it is the cheaper test
             return
         code = self.ctx.code_for
         fix, why_not = self._fix(found)

@@ -94,8 +94,8 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(ast_moved_calls(index, *(DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL)) \
-            or ast_rebound_moves(index)
+        factories = (DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL
+        return bool(ast_moved_calls(index, *factories)) or ast_rebound_moves(index, *factories)
 
     def visit_Call(self, node: cst.Call) -> None:
         found = factory_move(self.ctx, node, tuple(self.option("device-names")))

@@ -88,18 +88,69 @@ classes that are not provably modules.
 
 from __future__ import annotations
 
+import re
+
 import ast
 
 import libcst as cst
 
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import MODULE_ATTRIBUTES
-from torchlint.analysis.syntax import contains, dotted_name, function_parameters, string_value
+from torchlint.analysis.syntax import ast_callee, contains, dotted_name, function_parameters, string_value
 from torchlint.fixes import imported_name, insert_after, insert_before
 from torchlint.rule import Rule, SyntaxIndex
 
 CONTAINERS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp)
+CONTAINER_ATTRIBUTE = re.compile(r"\.\s*\w+\s*(?::[^=\n]*)?=\s*[\[{(]")
 AST_CONTAINERS = (ast.List, ast.ListComp, ast.Dict, ast.DictComp)
+
+
+def _ast_may_build_layer(expr: ast.expr | None, classes: set[str]) -> bool:
+    """The precheck twin of Modules.constructed_class: a call of a capitalised name (torch.nn's
+    layers are) or of a class of the file, maybe moved or cast (`nn.Linear(2, 2).cuda()`), or both
+    branches of a conditional; not `dict(...)` or another lower-case function."""
+    if isinstance(expr, ast.IfExp):
+        return _ast_may_build_layer(expr.body, classes) and _ast_may_build_layer(expr.orelse, classes)
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and isinstance(expr.func.value, ast.Call) \
+            and expr.func.attr in ("to", "cuda", "cpu", "float", "half", "double", "bfloat16"):
+        expr = expr.func.value
+    if not isinstance(expr, ast.Call):
+        return False
+    name = ast_callee(expr)
+    return name is not None and (name[:1].isupper() or name in classes)
+
+
+def _ast_fills(index: SyntaxIndex, classes: set[str], attribute: str) -> bool:
+    """Could the list in ``<obj>.<attribute>`` be filled with layers (Modules.attribute_uses'
+    `added`): `.append(<layer>)`, `.insert(i, <layer>)`, `.extend([<layers>])` or `+= [<layers>]`."""
+    def layers(value: ast.expr) -> bool:
+        return isinstance(value, (ast.List, ast.Tuple)) and bool(value.elts) \
+            and all(_ast_may_build_layer(e, classes) for e in value.elts)
+
+    def on_it(call: ast.Call) -> bool:
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        return isinstance(owner, ast.Attribute) and owner.attr == attribute
+
+    return any(on_it(c) and len(c.args) == 1 and _ast_may_build_layer(c.args[0], classes)
+               for c in index.calls("append")) \
+        or any(on_it(c) and len(c.args) == 2 and _ast_may_build_layer(c.args[1], classes)
+               for c in index.calls("insert")) \
+        or any(on_it(c) and len(c.args) == 1 and layers(c.args[0]) for c in index.calls("extend")) \
+        or any(isinstance(node.target, ast.Attribute) and node.target.attr == attribute and layers(node.value)
+               for node in index.nodes(ast.AugAssign))
+
+
+def _ast_elements(value: ast.expr) -> list[ast.expr | None]:
+    """The precheck's view of what a container literal holds: its items, a dict's values, a
+    comprehension's element (None for `**spread` and `*starred`)."""
+    if isinstance(value, ast.List):
+        return [None if isinstance(e, ast.Starred) else e for e in value.elts]
+    if isinstance(value, ast.Dict):
+        return list(value.values) if all(k is not None for k in value.keys) else [None]
+    if isinstance(value, ast.ListComp):
+        return [value.elt]
+    return [value.value]
 
 
 class UnregisteredSubmodules(Rule):
@@ -108,16 +159,29 @@ class UnregisteredSubmodules(Rule):
     kind = "correctness"
     summary = "Layers kept in a plain list or dict in a module's `__init__`: they are not registered submodules"
     fix_applicability = "unsafe"
-    triggers = ("__init__",)
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # an attribute assigned a list, dict or comprehension (`self.layers = [`), in an `__init__`
+        return "__init__" in text and CONTAINER_ATTRIBUTE.search(text) is not None
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `x.attr = [...]` / `{...}` / a comprehension inside an `__init__`
+        # whose elements are all calls (a layer is built by one), or that starts empty and is filled
+        # by calls (`.append(nn.Linear(...))`)
         inits = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "__init__")
+        classes = {node.name for node in index.nodes(ast.ClassDef)}
         for node in index.nodes(ast.Assign, ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if inits[node.lineno] and isinstance(node.value, AST_CONTAINERS) \
-                    and any(isinstance(t, ast.Attribute) for t in targets):
+            if not (inits[node.lineno] and isinstance(node.value, AST_CONTAINERS)
+                    and any(isinstance(t, ast.Attribute) for t in targets)):
+                continue
+            elements = _ast_elements(node.value)
+            if elements and all(_ast_may_build_layer(e, classes) for e in elements):
+                return True
+            if not elements and isinstance(node.value, ast.List) \
+                    and any(isinstance(t, ast.Attribute) and _ast_fills(index, classes, t.attr) for t in targets):
                 return True
         return False
 
