@@ -94,23 +94,32 @@ def handle_frame(frame: Frame, protocol, send: Callable[[dict], None]) -> None:
         log.warning("bad message frame: %s", frame.error)
         send(error_message(None, INVALID_REQUEST, frame.error))
         return
+    try:  # one parse on the common path: a frame that reads is handed on as it is
+        message = json.loads(frame.body, object_hook=protocol.structure_message)
+    except Exception as error:  # noqa: BLE001 - not JSON, or parameters that do not fit the protocol's types
+        _refuse(frame.body, error, send)
+        return
+    if message is None or isinstance(message, (list, str, int, float, bool)):
+        send(error_message(None, INVALID_REQUEST, "a JSON-RPC message is an object"))
+        return
+    protocol.handle_message(message)
+
+
+def _refuse(body: bytes, error: Exception, send: Callable[[dict], None]) -> None:
+    """Answer a frame that pygls's protocol could not read: a parse error, or an error for the
+    request's id when only its parameters were wrong (a request waits for its answer)."""
     try:
-        raw = json.loads(frame.body)
-    except ValueError as error:
-        log.warning("a message that is not JSON: %s", error)
-        send(error_message(None, PARSE_ERROR, f"the message is not JSON: {error}"))
+        raw = json.loads(body)
+    except ValueError as parse_error:
+        log.warning("a message that is not JSON: %s", parse_error)
+        send(error_message(None, PARSE_ERROR, f"the message is not JSON: {parse_error}"))
         return
     if not isinstance(raw, dict):
         send(error_message(None, INVALID_REQUEST, "a JSON-RPC message is an object"))
         return
-    try:
-        message = json.loads(frame.body, object_hook=protocol.structure_message)
-    except Exception as error:  # noqa: BLE001 - parameters that do not fit the protocol's types
-        log.warning("cannot read %s: %s", raw.get("method", "a message"), error)
-        if "id" in raw and "method" in raw:  # a request waits for its answer
-            send(error_message(raw["id"], INVALID_PARAMS, f"invalid parameters for {raw['method']}: {error}"))
-        return
-    protocol.handle_message(message)
+    log.warning("cannot read %s: %s", raw.get("method", "a message"), error)
+    if "id" in raw and "method" in raw:
+        send(error_message(raw["id"], INVALID_PARAMS, f"invalid parameters for {raw['method']}: {error}"))
 
 
 def write_message(writer, data: dict) -> None:
