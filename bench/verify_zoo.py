@@ -5,6 +5,7 @@ fix, its verdict, loss drift, step-time and peak-memory ratios, memory growth an
 
     python bench/verify_zoo.py                 # all scripts, results to bench/results/verify-zoo.md
     python bench/verify_zoo.py cnn_mnist gan_paintings --out /tmp/zoo.md
+    python bench/verify_zoo.py --device cuda --out bench/results/verify-zoo-gpu.md   # on a GPU
 
 Each run uses one intra-op thread (OMP_NUM_THREADS=1, unless set): the runs of a verification
 take turns on the machine, and torch's thread pool slows down several-fold when the cores are
@@ -49,11 +50,11 @@ SCRIPTS = [
 ]
 
 
-def verify_one(entry: ZooScript):
+def verify_one(entry: ZooScript, device: str = "auto"):
     from torchlint.harness.verify import VerifyOptions, verify
 
     options = VerifyOptions(steps=entry.steps, unsafe_fixes=True, each=True, script_args=entry.args,
-                            timeout_s=900)
+                            timeout_s=900, device=device)
     started = time.monotonic()
     report = verify(ZOO / entry.name / entry.script, options,
                     progress=lambda message: print(f"  {entry.name}: {message}", file=sys.stderr))
@@ -87,8 +88,9 @@ def summary_row(entry: ZooScript, report, seconds: float) -> str:
     step_noise_text = "-" if step_noise is None or step_noise.noise is None else f"±{step_noise.noise:.0%}"
     original = report.runs["original"]
     step_ms = "-" if not original.step_time_s else f"{original.step_time_s * 1e3:.1f}"
+    drift = "-" if report.reproducibility is None else f"{report.reproducibility.max_rel_diff:.2g}"
     return (f"| `{entry.name}/{entry.script}` | {entry.kind} | {len(report.fixes)} | {report.verdict.name} | "
-            f"{original.steps} | {step_ms} | {spread} | {tolerance} | {step_noise_text} | {seconds:.0f} |")
+            f"{original.steps} | {step_ms} | {spread} | {tolerance} | {drift} | {step_noise_text} | {seconds:.0f} |")
 
 
 def fix_rows(entry: ZooScript, report) -> list[str]:
@@ -103,28 +105,37 @@ def fix_rows(entry: ZooScript, report) -> list[str]:
     return rows
 
 
-def render(results: list) -> str:
+def machine_lines(command: str) -> list[str]:
+    """Where the figures come from: the GPU by name when the runs used one, else a warning that the
+    CUDA-only gains cannot show."""
     import torch
 
+    written = (f"Written by `{command}` on {time.strftime('%Y-%m-%d')}: torch {torch.__version__}, "
+               f"Python {platform.python_version()}, {os.cpu_count()} CPU cores, "
+               f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    if torch.cuda.is_available():
+        return [f"{written}, GPU: {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}).", ""]
+    return [f"{written}, no GPU.", "",
+            "**GPU figures are missing:** no GPU was lent to the session that ran this, so every run is on the "
+            "CPU, with CUDA calls mapped to it (the CUDA-only gains of fused optimizers, TF32, pinned memory and "
+            "autocast cannot show here; `--device cuda` runs the same bench on a GPU).", ""]
+
+
+def render(results: list, command: str = "python bench/verify_zoo.py") -> str:
     lines = [
         "# `torchlint verify --each --unsafe-fixes` on the zoo",
         "",
-        f"Written by `python bench/verify_zoo.py` on {time.strftime('%Y-%m-%d')}: torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPU cores shared with other work, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, no GPU.",
-        "",
-        "**GPU figures are missing:** no GPU was lent to the session that ran this, so every run is on the "
-        "CPU, with CUDA calls mapped to it (the CUDA-only gains of fused optimizers, TF32, pinned memory and "
-        "autocast cannot show here; `--device cuda` runs the same bench on a GPU).",
-        "",
+        *machine_lines(command),
         "Noise, per script: *seed spread* is how far the mean loss of the last steps moves when the original "
         "runs again with every seed shifted by one; *loss tolerance* is what an unsafe fix's run may end above "
         "the original (3x the larger of the seed spread and the step-to-step noise); *step-time noise* is the "
-        "band within which a step-time ratio is reported as no measured change.",
+        "band within which a step-time ratio is reported as no measured change; *same-seed drift* (on a GPU, "
+        "with a safe fix) is the largest relative difference between two runs of the original under the same "
+        "seeds, and a safe fix may differ from the original by 3x that.",
         "",
         "| script | what | fixes | verdict (all fixes) | steps | step ms | seed spread | loss tolerance | "
-        "step-time noise | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "same-seed drift | step-time noise | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [summary_row(entry, report, seconds) for entry, report, seconds in results]
     lines += [
@@ -151,16 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="zoo folders to run (default: all)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the runs train (verify's --device)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     chosen = [entry for entry in SCRIPTS if not args.names or entry.name in args.names]
     results = []
     for entry in chosen:
         print(f"{entry.name}: verify --each --unsafe-fixes --steps {entry.steps}", file=sys.stderr)
-        report, seconds = verify_one(entry)
+        report, seconds = verify_one(entry, args.device)
         results.append((entry, report, seconds))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(results), encoding="utf-8")
+    command = "python bench/verify_zoo.py" + ("" if args.device == "auto" else f" --device {args.device}")
+    args.out.write_text(render(results, command), encoding="utf-8")
     print(f"written to {args.out}", file=sys.stderr)
     return 0
 

@@ -14,7 +14,7 @@ from torchlint.config import resolve_settings
 from torchlint.engine import fix_source, lint_source
 from torchlint.harness import fix_plan, measures
 from torchlint.harness.runner import RunResult
-from torchlint.harness.verdict import AppliedFix, LossNoise, judge, loss_max_rel_diff
+from torchlint.harness.verdict import AppliedFix, LossNoise, Reproducibility, judge, loss_max_rel_diff
 
 UNSAFE = [AppliedFix("TL999", 3, "unsafe")]
 
@@ -66,6 +66,32 @@ def test_a_non_finite_loss_fails():
     original = trajectory(10, 0, 0.05)
     verdict = unsafe_verdict(original, original[:5] + [math.inf] * 5, trajectory(10, 1, 0.05))
     assert verdict.name == "fail" and "the loss is inf at step 6" in verdict.reasons[1]
+
+
+SAFE = [AppliedFix("TL999", 3, "safe")]
+
+
+def test_a_safe_fix_on_a_gpu_that_drifts_by_itself_is_held_to_that_drift():
+    # On an H200, ResNet-20 with cudnn.benchmark: two runs of the original under the same seeds
+    # drift apart by a few percent by step 5, so rtol 1e-3 failed every safe fix (zoo, 2026-11-26).
+    original = trajectory(8, 0, 0.05)
+    repeat = [loss * (1 + 0.01 * (step % 2)) for step, loss in enumerate(original)]
+    drift = Reproducibility(loss_max_rel_diff(original, repeat))
+    assert drift.max_rel_diff == pytest.approx(0.01)
+    within = [loss * (1 - 0.02 * (step % 2)) for step, loss in enumerate(original)]
+    beyond = [loss * 1.05 for loss in original]
+    assert judge(run(original), run(within), SAFE, device="cuda").name == "fail"  # rtol 1e-3 alone
+    passed = judge(run(original), run(within), SAFE, device="cuda", reproducibility=drift)
+    assert passed.name == "pass" and "the original's own run-to-run variation" in passed.reasons[1]
+    failed = judge(run(original), run(beyond), SAFE, device="cuda", reproducibility=drift)
+    assert failed.name == "fail" and "beyond the original's own run-to-run variation" in failed.reasons[1]
+
+
+def test_a_reproducible_original_keeps_the_tight_tolerance():
+    original = trajectory(8, 0, 0.05)
+    nudged = [loss * 1.01 for loss in original]
+    verdict = judge(run(original), run(nudged), SAFE, device="cuda", reproducibility=Reproducibility(0.0))
+    assert verdict.name == "fail" and "rtol 0.001" in verdict.reasons[1]
 
 
 def test_a_fix_within_seed_noise_passes_and_beyond_it_fails():

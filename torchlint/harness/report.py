@@ -35,7 +35,9 @@ def to_json(report: VerifyReport) -> dict:
     (no fix applied), as the exit code is 0, 1, 2 or 0. Issue 13 adds ``runs.original_noise`` (the
     original under shifted seeds), ``loss_noise``, ``comparisons`` (fixed against original: step
     time, peak memory, memory growth, each with its noise band and "change"), ``per_fix`` (with
-    --each), ``keep`` (with --keep) and ``profile`` (with --profile)."""
+    --each), ``keep`` (with --keep) and ``profile`` (with --profile). On a GPU with a safe fix,
+    ``runs.original_repeat`` (the original again under the same seeds) and ``reproducibility``
+    (``max_rel_diff`` of the two originals' losses) say how far the script drifts by itself."""
     data = {
         "script": display_path(report.script),
         "device": report.device,
@@ -46,6 +48,8 @@ def to_json(report: VerifyReport) -> dict:
         "reasons": report.verdict.reasons,
         "notes": report.notes,
         "loss_noise": report.noise.to_json() if report.noise else None,
+        "reproducibility": ({"max_rel_diff": report.reproducibility.max_rel_diff}
+                            if report.reproducibility else None),
         "comparisons": {name: comparison.to_json() for name, comparison in report.comparisons.items()},
     }
     if report.per_fix is not None:
@@ -126,7 +130,7 @@ def _rows(report: VerifyReport, runs: dict[str, RunResult]) -> list[tuple[str, l
     ]
 
 
-RUN_TITLES = {"original_noise": "original, seeds+1"}
+RUN_TITLES = {"original_noise": "original, seeds+1", "original_repeat": "original, same seeds"}
 
 
 def run_title(label: str) -> str:

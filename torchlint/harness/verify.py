@@ -37,8 +37,8 @@ from torchlint.harness.attribution import ProfileSummary, attribute_findings
 from torchlint.harness.fix_plan import FixRun, FixUnit
 from torchlint.harness.measures import Comparison
 from torchlint.harness.runner import Progress, RunResult, RunSettings, run_script
-from torchlint.harness.verdict import (PASS, AppliedFix, LossNoise, Verdict, judge, judge_original,
-                                       loss_max_rel_diff, nothing_to_verify)
+from torchlint.harness.verdict import (PASS, AppliedFix, LossNoise, Reproducibility, Verdict, judge,
+                                       judge_original, loss_max_rel_diff, nothing_to_verify)
 from torchlint.harness.verdict import one_line as _one_line
 
 DEFAULT_STEPS = 100
@@ -106,6 +106,7 @@ class VerifyReport:
     verdict: Verdict
     notes: list[str]
     noise: LossNoise | None = None
+    reproducibility: Reproducibility | None = None  # on a GPU: the original's drift under the same seeds
     comparisons: dict[str, Comparison] = field(default_factory=dict)  # fixed against original
     per_fix: list[FixMeasurement] | None = None
     keep: KeepResult | None = None
@@ -201,6 +202,7 @@ def _verify_fixes(report: VerifyReport, runs: _Runs, everything: FixRun, setting
         if not (noise_run.finished and noise_run.steps == original.steps):
             noise_run = None  # other seeds broke it: the step-to-step noise stands alone (see the notes)
     report.noise = LossNoise.measure(original.losses, noise_run.losses if noise_run else None)
+    report.reproducibility = _reproducibility(runs, report)
     fixed, verdict = _run_fixes(runs, report, "fixed", everything.source, report.fixes, record=True)
     report.comparisons = _compare(runs, report, fixed, "fixed", everything.source, noise_run)
     if options.each:
@@ -208,6 +210,21 @@ def _verify_fixes(report: VerifyReport, runs: _Runs, everything: FixRun, setting
         report.per_fix = [_measure_unit(runs, report, unit, number, noise_run, fixed, verdict)
                           for number, unit in enumerate(units, start=1)]
     return verdict
+
+
+def _reproducibility(runs: _Runs, report: VerifyReport) -> Reproducibility | None:
+    """On a GPU, with a safe fix to judge: run the original again under the same seeds, since
+    cuDNN's autotuner and atomic-add kernels can make two identical runs drift apart; None on the
+    CPU (the same floats repeat) or when only unsafe fixes are judged."""
+    if report.device != "cuda" or all(fix.applicability == "unsafe" for fix in report.fixes):
+        return None
+    original = report.runs["original"]
+    repeat = runs.run("original_repeat", None)
+    report.runs["original_repeat"] = repeat
+    if not (repeat.finished and repeat.steps == original.steps):
+        return None
+    drift = loss_max_rel_diff(original.losses, repeat.losses)
+    return None if drift is None else Reproducibility(drift)
 
 
 def _run_fixes(runs: _Runs, report: VerifyReport, label: str, source: str, fixes: list[AppliedFix],
@@ -223,7 +240,7 @@ def _run_fixes(runs: _Runs, report: VerifyReport, label: str, source: str, fixes
         if distributed is not None:
             report.runs[f"{label}_torchrun"] = distributed
     verdict = judge(report.runs["original"], fixed, fixes, device=report.device, noise=report.noise,
-                    distributed=distributed, nproc=runs.nproc)
+                    distributed=distributed, nproc=runs.nproc, reproducibility=report.reproducibility)
     return fixed, verdict
 
 
@@ -320,6 +337,17 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
         notes.append("run-to-run noise: the original ran a second time with every seed it sets shifted by "
                      f"{NOISE_SEED_OFFSET}" + ("" if usable else f", but that run did not finish its steps "
                                                f"({_one_line(noise_run)}), so step-to-step noise alone was used"))
+    repeat = report.runs.get("original_repeat")
+    if repeat is not None:
+        drift = report.reproducibility
+        notes.append("reproducibility: the original ran a second time under the same seeds, because on a GPU "
+                     "two identical runs can differ (cuDNN's autotuner, atomic adds); " +
+                     ("they gave the same losses, so safe fixes are held to the usual tolerance" if drift and
+                      drift.max_rel_diff == 0 else
+                      f"their losses differ by up to {drift.max_rel_diff:.2g}, and safe fixes are judged against "
+                      "that" if drift else "the two runs could not be compared (that run did not finish its "
+                      f"steps, or a loss was not finite: {_one_line(repeat)}), so safe fixes are held to the usual "
+                      "tolerance"))
     if report.fixes:
         notes.append(f"fixes were applied to {report.script.name} only; modules it imports ran as written")
     if original.finished and original.steps and not original.stopped_by_harness:
