@@ -48,20 +48,32 @@ def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
 
 
 def ast_rebound_moves(index: SyntaxIndex, *factories: str) -> bool:
-    """Any ``z = z.to(...)``/``z = z.cuda(...)`` where the file also assigns ``z`` a call of one
-    of ``factories``: the precheck twin of bound_factory_move."""
+    """Any ``z = z.to(...)``/``z = z.cuda(...)`` whose block assigned ``z`` a call of one of
+    ``factories`` in the last earlier statement that mentions ``z``: the precheck twin of
+    bound_factory_move (which also stops at a statement that mentions the device's names)."""
     wanted = index.names(factories)
-    made = {assign.targets[0].id for assign in index.nodes(ast.Assign)
-            if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)
-            and isinstance(assign.value, ast.Call) and ast_callee(assign.value) in wanted}
-    for assign in index.nodes(ast.Assign):
-        value = assign.value
-        if len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id in made \
-                and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-                and value.func.attr in ("cuda", "to") and isinstance(value.func.value, ast.Name) \
-                and value.func.value.id == assign.targets[0].id and ast_may_move(index, value):
-            return True
+    for block in index.blocks():
+        for position, statement in enumerate(block):
+            name = _ast_single_assignment(statement)
+            value = statement.value if name is not None else None
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr in ("cuda", "to") and isinstance(value.func.value, ast.Name)
+                    and value.func.value.id == name and ast_may_move(index, value)):
+                continue
+            for earlier in reversed(block[:position]):
+                if any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(earlier)):
+                    made = earlier.value if _ast_single_assignment(earlier) == name else None
+                    if isinstance(made, ast.Call) and ast_callee(made) in wanted:
+                        return True
+                    break
     return False
+
+
+def _ast_single_assignment(statement: ast.stmt) -> str | None:
+    """The name of ``name = <value>``."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        return statement.targets[0].id
+    return None
 
 
 def bound_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()

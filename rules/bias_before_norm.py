@@ -129,14 +129,23 @@ class BiasBeforeNorm(Rule):
                 kind = "biased" if id(node.value) in biased else "norm" if id(node.value) in norms else None
                 if kind is not None:
                     layers[kind].add(node.targets[0].attr)
-        outputs = {node.targets[0].id for node in index.nodes(ast.Assign) if len(node.targets) == 1
-                   and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
-                   and ast_callee(node.value) in layers["biased"]}  # x = self.conv(x)
-        for call in index.calls(*layers["norm"]):
-            if isinstance(call.func, ast.Attribute) and len(call.args) == 1 and (
-                    isinstance(call.args[0], ast.Name) and call.args[0].id in outputs
-                    or isinstance(call.args[0], ast.Call) and ast_callee(call.args[0]) in layers["biased"]):
-                return True
+        norm_calls = [call for call in index.calls(*layers["norm"])
+                      if isinstance(call.func, ast.Attribute) and len(call.args) == 1]
+        if any(isinstance(call.args[0], ast.Call) and ast_callee(call.args[0]) in layers["biased"]
+               for call in norm_calls):
+            return True  # self.bn(self.conv(x))
+        norms = {id(call) for call in norm_calls if isinstance(call.args[0], ast.Name)}
+        if not norms:
+            return False
+        # x = self.conv(x) right before the statement that calls self.bn(x), in the same block
+        for block in index.blocks():
+            for previous, statement in zip(block, block[1:]):
+                if isinstance(previous, ast.Assign) and len(previous.targets) == 1 \
+                        and isinstance(previous.targets[0], ast.Name) and isinstance(previous.value, ast.Call) \
+                        and ast_callee(previous.value) in layers["biased"] \
+                        and any(id(node) in norms and node.args[0].id == previous.targets[0].id
+                                for node in ast.walk(statement)):
+                    return True
         return False
 
     def __init__(self, ctx):

@@ -102,9 +102,11 @@ class DebugApisLeftOn(Rule):
             mode = mode.value if mode is not None else call.args[0] if call.args else None
             if not ast_has_star_args(call) and ast_is_literal(mode, True):
                 return True
-        names = {name.rsplit(".", 1)[1] for name in ANOMALY_SWITCH | ANOMALY_CONTEXT | PROFILERS}
-        return any(index.is_call(item.context_expr, *names) for node in index.nodes(ast.With, ast.AsyncWith)
-                   for item in node.items)
+        # (a `with set_detect_anomaly(...)` is on only with a literal True: the loop above)
+        names = {name.rsplit(".", 1)[1] for name in ANOMALY_CONTEXT | PROFILERS}
+        return any(index.is_call(item.context_expr, *names) and index.may_be_imported(item.context_expr.func)
+                   and _ast_may_be_on(item.context_expr)
+                   for node in index.nodes(ast.With, ast.AsyncWith) for item in node.items)
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
@@ -195,3 +197,13 @@ class DebugApisLeftOn(Rule):
             body[0] = body[0].with_changes(leading_lines=[
                 cst.EmptyLine(comment=header.comment), *body[0].leading_lines])
         return statement_edit(self.ctx, node, body)
+
+
+def _ast_may_be_on(call: ast.Call) -> bool:
+    """The precheck twin of ``_switched_on`` for the contexts: ``enabled=`` absent or literally
+    True (a legacy profiler's first positional is ``enabled`` too, but `torch.profiler.profile`'s
+    is not, and CPython's tree does not tell them apart: positionals are not read)."""
+    if ast_has_star_args(call):
+        return False
+    enabled = ast_find_keyword(call, "enabled")
+    return enabled is None or ast_is_literal(enabled.value, True)

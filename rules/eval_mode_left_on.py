@@ -89,7 +89,7 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.loops import (MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
+from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
                                       with_item_disables_grad)
 from torchlint.analysis.syntax import dotted_name, find_keyword, function_parameters, is_literal, method_call
 from torchlint.analysis.walk import walk
@@ -150,8 +150,9 @@ class EvalModeLeftOn(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a loop, and an eval() somewhere (a helper's counts)
-        return any(ast_loop_lines(index)) and bool(index.calls("eval", "train"))
+        # a loop, an eval() and a backward somewhere (in a helper of the file, they count)
+        return any(ast_loop_lines(index)) and bool(index.calls("eval", "train")) \
+            and bool(index.calls(*BACKWARD_CALLEES))
 
     def visit_For(self, node: cst.CSTNode) -> None:
         if isinstance(node.body, cst.SimpleStatementSuite) or self.ctx.programs.in_test_code():

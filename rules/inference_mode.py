@@ -75,7 +75,8 @@ import re
 import libcst as cst
 
 from torchlint.analysis.escapes import leaks
-from torchlint.analysis.loops import AST_LOOPS, EVAL_FUNCTION, LOOPS, ast_loop_lines, calls_model, last_mode_call
+from torchlint.analysis.loops import (AST_LOOPS, EVAL_FUNCTION, LOOPS, ast_calls_model, ast_loop_lines, calls_model,
+                                      last_mode_call)
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -102,7 +103,7 @@ class InferenceMode(Rule):
         # (_evaluation's necessary conditions)
         withs = [node for node in index.nodes(ast.With) if any(
             isinstance(item.context_expr, ast.Call) and index.is_call(item.context_expr, "no_grad")
-            for item in node.items)]
+            for item in node.items) and (ast_calls_model(node) or _ast_calls_self(node))]
         if not withs:
             return False
         in_loops = ast_loop_lines(index)
@@ -197,6 +198,12 @@ def _has_loop(body: cst.BaseSuite) -> bool:
     finder = Loops()
     visit(body, finder)
     return finder.found
+
+
+def _ast_calls_self(node: ast.AST) -> bool:
+    """The precheck twin of ``_CallsSelf``."""
+    return any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "self"
+               for call in ast.walk(node))
 
 
 class _CallsSelf(cst.CSTVisitor):

@@ -77,13 +77,12 @@ Reported for a target torch from 2.0, the first with `F.scaled_dot_product_atten
 
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from torchlint.analysis.attention import Attention, AttentionFinder, is_negative_infinity
-from torchlint.analysis.syntax import code_text, is_literal, names_in, target_names
+from torchlint.analysis.attention import Attention, AttentionFinder, ast_may_be_attention, is_negative_infinity
+from torchlint.analysis.syntax import is_literal, names_in, target_names
 from torchlint.analysis.walk import visit
 from torchlint.fixes import NodeEdit, statement_edit
 from torchlint.rule import Rule, SyntaxIndex
@@ -112,12 +111,10 @@ class ManualAttention(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        products = any(isinstance(node.op, ast.MatMult) for node in index.nodes(ast.BinOp)) \
-            or bool(index.calls("matmul", "bmm"))
-        if not products or not index.calls("softmax", "Softmax"):
+        if not ast_may_be_attention(index):
             return False
         # a file that already has fused attention gets no finding (see __init__): its code says so
-        return not (FUSED_ATTENTION.search(index.source) and FUSED_ATTENTION.search(code_text(index.source)))
+        return not (FUSED_ATTENTION.search(index.source) and FUSED_ATTENTION.search(index.code_words))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -244,10 +244,11 @@ def _warn_about_plugins() -> None:
 def _check_paths(paths, settings, run: Run, report: Report) -> int:
     from torchlint.discovery import discover
     from torchlint.output import patch_text
-    from torchlint.runner import Cache, Options, check_files
+    from torchlint.runner import Cache, Options, check_files, tune_gc
 
     errors: list[str] = []
     files = discover(paths, settings, errors.append, _warning)
+    tune_gc()
     options = Options(fix=run.fix, diff=run.diff, cache=Cache(run.cache, settings.fingerprint) if run.cache else None)
     results = check_files(files, settings, options, run.jobs)
     errors += [r.error for r in results if r.error]

@@ -195,6 +195,30 @@ def _check_batch(batch: list[Path], settings, options: Options) -> list[FileResu
     return results
 
 
+# CPython's cyclic garbage collector runs a young-generation pass every 700 allocations and
+# scans older generations ever more often as the heap grows; a linted file allocates millions of
+# nodes (CPython's tree, LibCST's tree), nearly none of them in reference cycles, and the passes
+# took about a fifth of a run over pytorch-lightning + timm. A command-line run therefore moves
+# what the import of the rules built out of the collector's sight (gc.freeze) and collects the
+# young generation every 50,000 allocations instead (memory was unchanged on that corpus).
+GC_YOUNG_THRESHOLD = 50_000
+_gc_tuned = False
+
+
+def tune_gc() -> None:
+    """For one process that lints many files and then exits (the command line, a worker): see
+    GC_YOUNG_THRESHOLD. Long-lived processes (the language server, tests) keep the defaults."""
+    import gc
+
+    global _gc_tuned
+    if _gc_tuned:
+        return
+    _gc_tuned = True
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
+
+
 def check_files(files: list[Path], settings, options: Options, jobs: int = 0) -> list[FileResult]:
     """Every file, in order; across processes when there are many (``jobs`` 0: one per core)."""
     workers = jobs or (os.cpu_count() or 1)

@@ -11,13 +11,16 @@ enough for a rule to tell whether ``F.scaled_dot_product_attention`` computes th
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import Assigned, path_to, reaching_assignments
-from torchlint.analysis.syntax import dotted_name, find_argument, is_literal, positional_args
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import ast_callee, dotted_name, find_argument, is_literal, positional_args
 
 MATMUL_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm", "torch.Tensor.matmul"})
 SOFTMAX_FUNCTIONS = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
@@ -283,3 +286,118 @@ class AttentionFinder:
         if method == "t" and not args:
             return expr.func.value, False
         return None
+
+
+# --- the precheck twin, on CPython's tree -------------------------------------------------------
+
+_AST_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+_AST_TRANSPOSES = ("transpose", "permute", "t")
+_NOWHERE = 1 << 30
+
+
+def _ast_transposed(expr: ast.AST) -> bool:
+    """Keys as ``_untransposed`` accepts them: ``k.transpose(...)``, ``torch.transpose(k, ...)``,
+    ``k.permute(...)``, ``k.t()``, ``k.mT``, ``k.T``."""
+    if isinstance(expr, ast.Attribute):
+        return expr.attr in ("mT", "T")
+    return isinstance(expr, ast.Call) and isinstance(expr.func, (ast.Attribute, ast.Name)) \
+        and ast_callee(expr) in _AST_TRANSPOSES
+
+
+def _ast_key_operand(node: ast.AST) -> ast.AST | None:
+    """The right operand of ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``."""
+    if isinstance(node, ast.BinOp):
+        return node.right if isinstance(node.op, ast.MatMult) else None
+    if ast_callee(node) in ("matmul", "bmm") and node.args:
+        return node.args[-1]
+    return None
+
+
+def _ast_minus_one(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) \
+        and isinstance(expr.operand, ast.Constant) and expr.operand.value == 1
+
+
+def _ast_scope_lines(index: SyntaxIndex) -> list[int]:
+    """For each line, the first line of the innermost function around it (0: module level)."""
+    line_count = max((getattr(node, "end_lineno", 0) or 0 for node in index.tree.body), default=0) + 1
+    scope = [0] * (line_count + 1)
+    for node in sorted(index.nodes(*_AST_SCOPES), key=lambda node: (node.lineno, -node.end_lineno)):
+        scope[node.lineno:node.end_lineno + 1] = [node.lineno] * (node.end_lineno + 1 - node.lineno)
+    return scope
+
+
+class _Assignment:
+    """One ``name = value`` (``:=``, annotated) on CPython's tree, reduced to what the fixpoints read."""
+
+    __slots__ = ("scope", "line", "targets", "reads", "transposed", "scores")
+
+    def __init__(self, scope: int, targets: list[ast.AST], value: ast.AST, scores: set[int]):
+        self.scope, self.line = scope, value.lineno
+        self.targets = [name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)]
+        nodes = list(ast.walk(value))
+        self.reads = [(node.id, node.lineno) for node in nodes if isinstance(node, ast.Name)]
+        self.transposed = _ast_transposed(value)
+        self.scores = any(id(node) in scores for node in nodes)
+
+
+def _ast_fixpoint(assignments: list[_Assignment], seeded: Callable[[_Assignment], bool]) -> dict[tuple[int, str], int]:
+    """The names (per scope) assigned a seeded value, or a value that reads such a name after the
+    line where it was first so assigned, each with that line: the finder follows one reaching
+    assignment, which comes before its use in straight-line code."""
+    names: dict[tuple[int, str], int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for assignment in assignments:
+            if not (seeded(assignment) or any(names.get((assignment.scope, name), _NOWHERE) < line
+                                              for name, line in assignment.reads)):
+                continue
+            for name in assignment.targets:
+                if names.get((assignment.scope, name), _NOWHERE) > assignment.line:
+                    names[(assignment.scope, name)] = assignment.line
+                    changed = True
+    return names
+
+
+def ast_may_be_attention(index: SyntaxIndex) -> bool:
+    """Can ``AttentionFinder`` find anything in this file? In one function (or at module level), a
+    softmax over the last dimension (``dim=-1`` written as such, in the call or in an
+    ``nn.Softmax`` layer the file builds) of something built from a matrix product with transposed
+    keys (``q @ k.transpose(-2, -1)``), directly or through names assigned there. A necessary
+    condition: "built from" is any subexpression, where the finder peels only a scale, a mask and
+    casts; the product with the values is not checked."""
+    products = [node for node in index.nodes(ast.BinOp) if isinstance(node.op, ast.MatMult)] \
+        + index.calls("matmul", "bmm")
+    softmaxes = [call for call in index.calls("softmax", "Softmax")
+                 if any(_ast_minus_one(arg) for arg in call.args)
+                 or any(keyword.arg == "dim" and _ast_minus_one(keyword.value) for keyword in call.keywords)]
+    if not products or not softmaxes:
+        return False
+    scope = _ast_scope_lines(index)
+    layer = any(ast_callee(call) == "Softmax" for call in softmaxes)  # called by any name, anywhere
+    wanted = None if layer else {scope[call.lineno] for call in softmaxes}
+    products = [node for node in products if wanted is None or scope[node.lineno] in wanted]
+    keys = [(node, _ast_key_operand(node)) for node in products]
+    if not any(key is not None for _, key in keys):
+        return False
+    values = [(node.targets, node.value) for node in index.nodes(ast.Assign)] \
+        + [([node.target], node.value) for node in index.nodes(ast.AnnAssign, ast.NamedExpr) if node.value]
+    values = [(targets, value) for targets, value in values if wanted is None or scope[value.lineno] in wanted]
+    assignments = [_Assignment(scope[value.lineno], targets, value, set()) for targets, value in values]
+    transposed = _ast_fixpoint(assignments, lambda assignment: assignment.transposed)
+    scores = {id(node) for node, key in keys if key is not None and (
+        _ast_transposed(key) or isinstance(key, ast.Name)
+        and transposed.get((scope[node.lineno], key.id), _NOWHERE) < key.lineno)}
+    if not scores:
+        return False
+    if layer:
+        return True  # the layer may be called by any name: a product of transposed keys is enough
+    assignments = [_Assignment(scope[value.lineno], targets, value, scores) for targets, value in values]
+    from_scores = _ast_fixpoint(assignments, lambda assignment: assignment.scores)
+    for call in softmaxes:
+        where = scope[call.lineno]
+        if any(id(node) in scores or isinstance(node, ast.Name)
+               and from_scores.get((where, node.id), _NOWHERE) < node.lineno for node in ast.walk(call)):
+            return True
+    return False

@@ -20,10 +20,13 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from torchlint.analysis.syntax import ast_callee, ast_first_line
+from torchlint.analysis.syntax import ast_callee, ast_dotted_name, ast_first_line
 from torchlint.analysis.versions import at_least
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_BLOCK_OWNERS = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
+                 ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, ast.match_case,
+                 *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
 
 
 def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
@@ -123,6 +126,47 @@ class SyntaxIndex:
         """The calls that may call one of the ``qualified`` names a rule matches
         (``torch.nn.DataParallel``): the precheck twin of comparing ``ctx.qualified_name``."""
         return self.calls(*last_parts(qualified))
+
+    def blocks(self) -> list[list[ast.stmt]]:
+        """Every block of two or more statements (bodies, ``else`` and ``finally`` parts)."""
+        def compute() -> list[list[ast.stmt]]:
+            return [block for node in self.nodes(*_BLOCK_OWNERS) for field in ("body", "orelse", "finalbody")
+                    if isinstance(block := getattr(node, field, None), list) and len(block) > 1]
+        return self.memo("blocks", compute)
+
+    @property
+    def code_words(self) -> str:
+        """The words the file's code says, one per line: names, attributes, keywords, imports,
+        definitions and the strings that are values. Comments and string statements (docstrings)
+        are left out, as ``syntax.code_text`` blanks them: the precheck twin of searching that
+        text for a word."""
+        def compute() -> str:
+            statements = [node.value for node in self.nodes(ast.Expr)
+                          if isinstance(node.value, (ast.Constant, ast.JoinedStr))]
+            skipped = {id(part) for statement in statements for part in ast.walk(statement)}
+            words = [node.id for node in self.nodes(ast.Name)]
+            words += [node.attr for node in self.nodes(ast.Attribute)]
+            words += [node.arg for node in self.nodes(ast.keyword, ast.arg) if node.arg]
+            words += [node.name for node in self.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)]
+            words += [name for node in self.nodes(ast.alias) for name in (node.name, node.asname) if name]
+            words += [node.value for node in self.nodes(ast.Constant)
+                      if isinstance(node.value, str) and id(node) not in skipped]
+            return "\n".join(words)
+        return self.memo("code_words", compute)
+
+    @property
+    def imported(self) -> frozenset[str]:
+        """The names import statements bind, anywhere in the file (``import a.b`` binds ``a``)."""
+        def compute() -> frozenset[str]:
+            return frozenset((alias.asname or alias.name.partition(".")[0])
+                             for node in self.nodes(ast.Import, ast.ImportFrom) for alias in node.names)
+        return self.memo("imported", compute)
+
+    def may_be_imported(self, func: ast.AST) -> bool:
+        """Can ``func`` (``torch.profiler.profile``, ``profile``) name something an import brought,
+        as ``Bindings.qualified_name`` requires? Not ``self.profiler.profile``."""
+        name = ast_dotted_name(func)
+        return name is not None and name.partition(".")[0] in self.imported
 
     def is_call(self, node: ast.AST, *names: str) -> bool:
         return isinstance(node, ast.Call) and ast_callee(node) in self.names(names)

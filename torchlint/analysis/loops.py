@@ -19,7 +19,7 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
-from torchlint.analysis.syntax import dotted_name, is_literal, method_call, names_in, root_names, target_names
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_literal, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 
 if TYPE_CHECKING:
@@ -258,6 +258,19 @@ def calls_model(node: cst.CSTNode) -> bool:
     finder = _ModelCalls()
     visit(node, finder)
     return finder.found
+
+
+def ast_calls_model(node: ast.AST) -> bool:
+    """The precheck twin of ``calls_model`` on CPython's tree (nested functions are entered: a
+    necessary condition may say yes more often)."""
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            func = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "forward" \
+                else call.func
+            name = ast_dotted_name(func)
+            if name is not None and MODEL_NAME.search(name.rsplit(".", 1)[-1]):
+                return True
+    return False
 
 
 def _statements_outside_loops(block: cst.BaseSuite) -> list[cst.CSTNode]:
