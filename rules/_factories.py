@@ -26,8 +26,21 @@ NO_HOST_FILL = frozenset({"tensor", "as_tensor", "zeros_like", "ones_like", "emp
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
 MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
-# A name moved into itself: `z = z.to(` / `z = z.cuda(`
-REBOUND_MOVE = re.compile(r"\b(\w+)[ \t]*=[ \t]*\1[ \t]*\.[ \t]*(?:cuda|to)[ \t]*\(")
+# A name moved into itself: `z = z.to(` / `z = z.cuda(`. Found from the move (`= z.to(`) and
+# checked backwards, since a backreference tried at every word of a file took 20 times as long.
+_ASSIGNED_MOVE = re.compile(r"=[ \t]*(\w+)[ \t]*\.[ \t]*(?:cuda|to)[ \t]*\(")
+
+
+def rebound_move_in(text: str) -> bool:
+    """Does the text hold ``z = z.to(`` or ``z = z.cuda(`` (any spaces or tabs around ``=``)?"""
+    for match in _ASSIGNED_MOVE.finditer(text):
+        name = match.group(1)
+        before = text[:match.start()].rstrip(" \t")
+        if before.endswith(name):
+            boundary = len(before) - len(name) - 1
+            if boundary < 0 or not (before[boundary].isalnum() or before[boundary] == "_"):
+                return True
+    return False
 
 
 def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:

@@ -83,7 +83,7 @@ class CompileCudagraphBreak(Rule):
                    for call in calls for k in call.keywords if k.arg == "mode")
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         sites = [site for site in compiled.sites if site.mode in CUDA_GRAPH_MODES]
         if not sites or self.ctx.programs.in_test_code():
             return

@@ -93,7 +93,7 @@ class CompileDynamicShapes(Rule):
         self._reported: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         site = compiled.compiled_callable(node.func)
         if site is None or compiled.marks_dynamic or not node.args or self.ctx.programs.in_test_code():
             return
@@ -130,7 +130,7 @@ class CompileDynamicShapes(Rule):
     def _sized_slices(self, site: CompileSite) -> list[tuple[cst.CSTNode, str]]:
         """Slices, in the functions the site compiles, bounded by a size of one of that function's
         parameters (``T = x.size(1)`` ... ``bias[:, :T]``)."""
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         found: list[tuple[cst.CSTNode, str]] = []
         for region in compiled.regions_of(site):
             parameters = set(function_parameters(region.function)) - {"self"}
@@ -139,7 +139,7 @@ class CompileDynamicShapes(Rule):
 
     def _length_slices(self, site: CompileSite, call: cst.Call, arg: cst.Arg) -> list[tuple[cst.CSTNode, str]]:
         """Slices in the compiled entry bounded by the parameter the changing number binds."""
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         found: list[tuple[cst.CSTNode, str]] = []
         for entry in site.entries:
             parameter = bound_parameter(entry, call, arg, compiled.owner(entry) is not None)

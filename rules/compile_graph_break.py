@@ -107,7 +107,7 @@ class CompileGraphBreak(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if self.ctx.programs.in_test_code():
             return  # tests compile code with breaks on purpose
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         for found in graph_breaks(self.ctx, compiled):
             advice = found.kind.advice
             if not found.region.is_entry:

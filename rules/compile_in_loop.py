@@ -93,7 +93,7 @@ class CompileInLoop(Rule):
         return any(isinstance(node, ast.Call) and loops[node.lineno] for node in ast_compile_calls(index))
 
     def visit_Call(self, node: cst.Call) -> None:
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         site = next((site for site in compiled.sites if site.node is node), None)
         if site is None or self.ctx.programs.in_test_code():
             return

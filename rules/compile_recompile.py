@@ -89,7 +89,7 @@ class CompileRecompile(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not node.args:
             return
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         site = compiled.compiled_callable(node.func)
         if site is None or site.dynamic not in (None, False) or compiled.configures_dynamic \
                 or self.ctx.programs.in_test_code():
@@ -107,7 +107,7 @@ class CompileRecompile(Rule):
     def _recompiles_on(self, site: CompileSite, call: cst.Call, arg: cst.Arg) -> bool:
         """Does the compiled code read the argument as a value (a guard on it), as far as the file
         shows? Unknown code (imported, ``*args``) counts as reading it."""
-        compiled = compiled_code(self.ctx.module, self.ctx.bindings)
+        compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)
         for entry in site.entries:
             skip_self = compiled.owner(entry) is not None
             parameter = bound_parameter(entry, call, arg, skip_self)

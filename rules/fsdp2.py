@@ -61,12 +61,14 @@ FSDP1 itself), and for classes of other libraries that share the name (fairscale
 
 from __future__ import annotations
 
+import ast
 from functools import cached_property
 
 import libcst as cst
 
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
-from torchlint.analysis.syntax import find_argument, function_parameters, root_names, target_names
+from torchlint.analysis.syntax import (ast_find_keyword, ast_root_names, ast_target_names, find_argument,
+                                      function_parameters, root_names, target_names)
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 MIGRATION_GUIDE = "https://docs.pytorch.org/tutorials/intermediate/FSDP_tutorial.html#fsdp1-to-fsdp2-migration-guide"
@@ -83,7 +85,12 @@ class Fsdp2(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(index.calls_of(FULLY_SHARDED_DATA_PARALLEL))
+        calls = index.calls_of(FULLY_SHARDED_DATA_PARALLEL)
+        if not calls or "fsdp2" in index.code_words.lower():
+            return False  # none, or the file knows FSDP2 (see _knows_fsdp2)
+        if "fully_shard(" in index.source and index.calls("fully_shard"):
+            return False
+        return not all(_ast_wraps_for_caller(index, call) for call in calls)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) not in FULLY_SHARDED_DATA_PARALLEL or self._knows_fsdp2 \
@@ -117,3 +124,24 @@ class Fsdp2(Rule):
             if names & target_names(loop.target):
                 names |= root_names(loop.iter)
         return bool(names & parameters)
+
+
+def _ast_wraps_for_caller(index: SyntaxIndex, call: ast.Call) -> bool:
+    """The precheck twin of ``Fsdp2._wraps_for_caller``: yes only where that says yes."""
+    keyword = ast_find_keyword(call, "module")
+    module = keyword.value if keyword is not None else call.args[0] if call.args else None
+    if module is None or isinstance(module, ast.Starred):
+        return False
+    around = [node for node in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+              if node.lineno <= call.lineno <= node.end_lineno]
+    if not around:
+        return False
+    function = max(around, key=lambda node: node.lineno)
+    arguments = function.args
+    parameters = {arg.arg for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    names = ast_root_names(module)
+    loops = [node for node in index.nodes(ast.For, ast.AsyncFor) if node.lineno <= call.lineno <= node.end_lineno]
+    for loop in sorted(loops, key=lambda node: -node.lineno):  # innermost first, as the walk's ancestors
+        if names & ast_target_names(loop.target):
+            names |= ast_root_names(loop.iter)
+    return bool(names & parameters)

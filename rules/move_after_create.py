@@ -75,9 +75,9 @@ from torchlint.rule import Rule, SyntaxIndex
 from torchlint.analysis.devices import EXACT_FACTORIES
 from torchlint.analysis.syntax import find_keyword, is_literal
 from torchlint.fixes import set_keyword
-from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, REBOUND_MOVE, ast_moved_calls,
-                                        ast_rebound_moves, bound_factory_move, create_on_device, creates_non_leaf,
-                                        factory_move)
+from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, ast_moved_calls, ast_rebound_moves,
+                                        bound_factory_move, create_on_device, creates_non_leaf, factory_move,
+                                        rebound_move_in)
 
 
 class MoveAfterCreate(Rule):
@@ -90,7 +90,7 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return MOVE_AFTER_CALL.search(text) is not None or REBOUND_MOVE.search(text) is not None
+        return MOVE_AFTER_CALL.search(text) is not None or rebound_move_in(text)
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:

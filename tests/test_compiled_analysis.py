@@ -17,7 +17,7 @@ from torchlint.engine import lint_source
 
 def analysed(source: str):
     module = cst.parse_module(source)
-    return compiled_code(module, Bindings(module))
+    return compiled_code(module, Bindings(module), source)
 
 
 def reached(source: str) -> dict[str, tuple[str, ...]]:

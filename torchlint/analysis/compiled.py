@@ -127,8 +127,9 @@ def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
 class CompiledCode:
     """The compile sites of a file and the regions they reach (see the module's docstring)."""
 
-    def __init__(self, module: cst.Module, bindings: Bindings):
+    def __init__(self, module: cst.Module, bindings: Bindings, source: str):
         self.module = module
+        self.source = source  # the module's text (rendering the module again costs as much as parsing it)
         self.bindings = bindings
         self.callees = Callees(module, bindings)
         self.sites: list[CompileSite] = []
@@ -168,7 +169,7 @@ class CompiledCode:
     def configures_dynamic(self) -> bool:
         """Does the file set Dynamo's dynamic-shape options (``automatic_dynamic_shapes``,
         ``assume_static_by_default``): a program that decided how shapes and numbers specialize?"""
-        return any(word in self.module.code for word in DYNAMIC_SETTINGS)
+        return any(word in self.source for word in DYNAMIC_SETTINGS)
 
     @cached_property
     def marks_dynamic(self) -> bool:
@@ -177,7 +178,7 @@ class CompiledCode:
         ``False``/``None``, or a setting of Dynamo's shape options?"""
         if any(site.dynamic not in (None, False) for site in self.sites) or self.configures_dynamic:
             return True
-        return any(word in self.module.code for word in ("mark_dynamic", "mark_unbacked"))
+        return any(word in self.source for word in ("mark_dynamic", "mark_unbacked"))
 
     def eager_branches(self, function: cst.FunctionDef) -> frozenset[int]:
         """The branches of a function's ``if`` statements that compile the function itself
@@ -365,12 +366,12 @@ def _short(label: str, limit: int = 60) -> str:
 _CACHE: WeakKeyDictionary[Bindings, CompiledCode] = WeakKeyDictionary()
 
 
-def compiled_code(module: cst.Module, bindings: Bindings) -> CompiledCode:
+def compiled_code(module: cst.Module, bindings: Bindings, source: str) -> CompiledCode:
     """The file's compiled code, computed once per file (keyed by the file's ``Bindings``, which
     every rule of the file shares) for the rules that ask."""
     found = _CACHE.get(bindings)
     if found is None or found.module is not module:
-        found = _CACHE[bindings] = CompiledCode(module, bindings)
+        found = _CACHE[bindings] = CompiledCode(module, bindings, source)
     return found
 
 

@@ -53,6 +53,7 @@ class ProjectModules:
         self._package_roots: dict[str, str] = {}
         self._texts: dict[str, tuple[frozenset[str], list[tuple[str, int]]]] = {}
         self._unreached: set[tuple[str, str]] = set()
+        self._reached: set[tuple[str, str]] = set()  # (file, word) known to reach the word
         self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file  # (file, word): nothing the file reaches holds it
 
     @cached_property
@@ -99,6 +100,7 @@ class ProjectModules:
         changed = [path for path, (_, _, stamp) in self._loaded.items() if stamp is not None and _stamp(path) != stamp]
         self._texts.clear()  # the text-level gates (``mentions``) read the files anew: cheap
         self._unreached.clear()
+        self._reached.clear()
         self._imports.clear()
         for path in changed:
             del self._loaded[path]
@@ -191,22 +193,31 @@ class ProjectModules:
         path = os.path.abspath(path)
         if source is None and (path, word) in self._unreached:
             return False
+        if source is None and (path, word) in self._reached:
+            return True
         seen: set[str] = set()
-        stack = [(path, source)]
+        parents: dict[str, str] = {}  # how the search came to each file: the chain that reaches the word
+        stack = [(path, source, None)]
         while stack:
-            current, text = stack.pop()
+            current, text, parent = stack.pop()
             if current in seen:
                 continue
             seen.add(current)
-            if (current, word) in self._unreached and current != path:
+            if parent is not None:
+                parents[current] = parent
+            if current != path and (current, word) in self._unreached:
                 continue  # explored before: nothing it reaches holds the word
             words, imports = self._text_index(current, text)
-            if word in words:
+            if current != path and (current, word) in self._reached or word in words:
+                while current is not None:  # every file on the way reaches it too
+                    if current != path or source is None:
+                        self._reached.add((current, word))
+                    current = parents.get(current)
                 return True
             for module, level in imports:
                 found = self.resolve_import(current, module, level)
                 if found is not None and found not in seen:
-                    stack.append((os.path.abspath(found), None))
+                    stack.append((os.path.abspath(found), None, current))
         # every file explored reaches only files explored: none of them reaches the word (the
         # linted text itself, given as `source`, may differ from its file: it is not remembered)
         self._unreached.update((other, word) for other in seen if other != path or source is None)

@@ -73,6 +73,32 @@ def root_names(expr: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def ast_root_names(expr: ast.AST) -> set[str]:
+    """The twin of ``root_names`` on CPython's tree."""
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, (ast.Attribute, ast.Subscript)):
+        return ast_root_names(expr.value)
+    if isinstance(expr, ast.Call):
+        return ast_root_names(expr.func.value) if isinstance(expr.func, ast.Attribute) else set()
+    if isinstance(expr, ast.BinOp):
+        return ast_root_names(expr.left) | ast_root_names(expr.right)
+    if isinstance(expr, ast.UnaryOp):
+        return ast_root_names(expr.operand)
+    return set()
+
+
+def ast_target_names(target: ast.AST) -> set[str]:
+    """The twin of ``target_names`` on CPython's tree."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {name for element in target.elts for name in ast_target_names(element)}
+    if isinstance(target, ast.Starred):
+        return ast_target_names(target.value)
+    return set()
+
+
 class _NameReader(cst.CSTVisitor):
     def __init__(self) -> None:
         self.names: set[str] = set()
