@@ -56,3 +56,18 @@ def test_a_statement_that_does_not_match_the_source_falls_back():
     target = module.body[1]
     # CPython's lines one off: the render would start on the wrong line, and the check sees it
     assert positions._positions_by_statement(module, {id(target)}, SourceText(source), [2, 3]) is None
+
+
+def test_the_engine_renders_only_the_statements_with_findings(monkeypatch):
+    """A finding in a file with many statements is positioned without rendering the whole module
+    (the statement path was once cut off by an early return, and every file paid a full render)."""
+    from torchlint.config import resolve_settings
+
+    def whole_module(*args):
+        raise AssertionError("the whole module was rendered")
+
+    monkeypatch.setattr(positions, "_positions", whole_module)
+    source = "import torch\n\n" + "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(50)) \
+        + "x = torch.zeros(3).cuda()\n"
+    found = engine.lint_source(source, "train.py", resolve_settings(select=["TL201"], isolated=True))
+    assert [(d.code, d.line) for d in found] == [("TL201", source.count("\n") - 1)]

@@ -296,8 +296,9 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         if error is not None and error.lineno:
             return [_cpython_error(path, error)]
         return [_not_analysed(path, size, limit, "only its syntax was checked")]
+    if tree is not None:
         first_lines = _statement_lines(tree)
-        del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
+    del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
         module = parse_module(source)
     except (cst.ParserSyntaxError, RecursionError) as error:
