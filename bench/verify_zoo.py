@@ -116,9 +116,9 @@ def machine_lines(command: str) -> list[str]:
     if torch.cuda.is_available():
         return [f"{written}, GPU: {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}).", ""]
     return [f"{written}, no GPU.", "",
-            "**GPU figures are missing:** no GPU was lent to the session that ran this, so every run is on the "
-            "CPU, with CUDA calls mapped to it (the CUDA-only gains of fused optimizers, TF32, pinned memory and "
-            "autocast cannot show here; `--device cuda` runs the same bench on a GPU).", ""]
+            "**GPU figures are missing:** this run had no GPU, so every run is on the CPU, with CUDA calls mapped "
+            "to it (the CUDA-only gains of fused optimizers, TF32, pinned memory and autocast cannot show here; "
+            "`--device cuda` runs the same bench on a GPU: bench/results/verify-zoo-gpu.md).", ""]
 
 
 def render(results: list, command: str = "python bench/verify_zoo.py") -> str:
