@@ -14,6 +14,14 @@ its parameters, its gradient and its optimizer state are still computed and stor
 The PyTorch tuning guide: "disable bias for convolutions directly followed by a batch norm".
 BatchNorm's own `beta` already provides the shift.
 
+## Expected gain
+
+Small. No published measurement found. The bias holds one number per output channel, a tiny share of
+the layer (64 of the 36,928 parameters of `Conv2d(64, 64, 3)`), and adding it costs at most one
+elementwise pass over the layer's output; the fix mainly removes parameters that never learn
+anything. `torchlint verify --each --unsafe-fixes script.py` measures the step time and memory
+before and after on your machine.
+
 ## Example
 
 ```python
@@ -258,7 +266,8 @@ class BiasBeforeNorm(Rule):
         for layer in self.candidates:
             kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
             self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "
-                               "pass `bias=False`", None if reads_bias else self._fix(layer))
+                               "pass `bias=False` (a small gain: one parameter per channel)",
+                        None if reads_bias else self._fix(layer))
 
     def _fix(self, layer: cst.Call):
         if has_star_args(layer):

@@ -18,6 +18,14 @@ graph trees documentation describes how each graph of a broken region becomes it
 graph; gpt-fast, the reference for `reduce-overhead` decoding, compiles its decoding step with
 `fullgraph=True` so that any break is an error.
 
+## Expected gain
+
+What is at stake is what `mode="reduce-overhead"` buys over eager, which is large for launch-bound
+code: the gpt-fast post reports Llama-7B decoding at batch size 1 on an A100 going from 25.5 to
+107.0 tokens/s with `torch.compile(mode="reduce-overhead", fullgraph=True)` and a static KV cache
+(https://pytorch.org/blog/accelerating-generative-ai-2/). No published measurement found of what
+each break gives back; compare the step time before and after removing the breaks.
+
 ## Example
 
 ```python
@@ -52,6 +60,7 @@ No automatic fix: remove the breaks TLC001 names (or compile with a mode without
 - https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html
 - https://github.com/pytorch-labs/gpt-fast/blob/main/generate.py
 - https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html
+- https://pytorch.org/blog/accelerating-generative-ai-2/
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ was compiled either way. Compiling the compiled module again (`model = torch.com
 the loop) is worse: the second call returns a plain function, which has no `state_dict()` or
 `parameters()`.
 
+## Expected gain
+
+A fixed cost per call, which matters most for small, fast steps: in the measurement above
+(bench/compile_in_loop.py; CPU, torch 2.13, a two-layer MLP) a step took 6.7 to 7.5 ms with the
+call inside the loop against 0.9 to 1.0 ms with it before the loop. `torchlint verify --each
+script.py` measures the fix on your script.
+
 ## Example
 
 ```python

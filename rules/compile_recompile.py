@@ -17,6 +17,13 @@ dynamic=False)` every new value compiles again until the recompile limit (8) mak
 and run the function uncompiled. A 0-d tensor holding the same number compiles once: tensor
 values are inputs of the graph, not constants in it.
 
+## Expected gain
+
+It depends on how many values the number takes: with Dynamo's defaults one extra compile, with
+`dynamic=False` one compile per new value up to the recompile limit, after which the function runs
+uncompiled. No published measurement of the time lost found. `TORCH_LOGS=recompiles` prints each
+recompile and its reason; compare the run time before and after the change.
+
 ## Example
 
 ```python

@@ -13,8 +13,16 @@ should not change process-wide settings), on its first training loop (a loop tha
 For each convolution, cuDNN has several algorithms whose speed depends on the shapes, the layout
 and the GPU. By default PyTorch picks one with a heuristic. With `cudnn.benchmark = True`, the
 first call for each new input shape times the candidates and caches the fastest, and every later
-call with that shape uses it. The PyTorch tuning guide recommends it for convolutional networks;
-the gain is often several percent to tens of percent of the step time.
+call with that shape uses it. The PyTorch tuning guide recommends it for convolutional networks.
+
+## Expected gain
+
+No published measurement found that holds in general (the tuning guide gives no figure): what it
+buys depends on how far cuDNN's heuristic pick is from the fastest kernel for the model's shapes,
+the GPU and the cuDNN version. Nothing without convolutions, and a loss when input shapes change
+every batch (the rule stays silent there). `torchlint verify --each --unsafe-fixes script.py`
+measures the step time before and after; the first steps include the benchmarking, so measure more
+than a few.
 
 ## Example
 

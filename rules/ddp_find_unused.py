@@ -15,6 +15,14 @@ orders differ, a bucket waits for its last gradient and less communication overl
 backward pass (PyTorch tuning guide). Lightning turned the flag off by default in its DDP strategy
 for the same reason.
 
+## Expected gain
+
+No published measurement found. The cost is a traversal of the autograd graph after every forward
+pass, plus less overlap of the all-reduce with the backward pass when the layers' construction order
+differs from their backward order; it grows with the number of parameters and layers and with slow
+links between processes. `torchlint verify` runs such a script as one process and cannot show it:
+compare the step time under your launcher with and without the flag.
+
 ## Example
 
 ```python

@@ -20,6 +20,15 @@ locally, and the first backward outside it synchronizes the accumulated gradient
 come out the same (up to rounding): averaging the locally accumulated sum once gives what adding
 k averages gives.
 
+## Expected gain
+
+With accumulation over k micro-batches it saves k - 1 of every k all-reduces. Hugging Face
+Accelerate measured, on T4 GPUs with accumulation every 4 steps, 2 s per batch without `no_sync` and
+0.91 s with it across two nodes, and 0.50 s against 0.41 s on one node with two GPUs
+(https://huggingface.co/docs/accelerate/concept_guides/gradient_synchronization). The slower the
+link between processes, the larger the gain. No fix, and `torchlint verify` runs scripts as one
+process: compare the step time under your launcher before and after the change.
+
 ## Example
 
 ```python

@@ -10,9 +10,18 @@ wrapped around training (`torch.autograd.profiler.profile`, `emit_nvtx`, `emit_i
 
 Anomaly detection records a Python stack trace for every operation of the forward pass and checks
 every gradient of the backward pass for NaN, which synchronizes with the GPU; PyTorch's tuning
-guide says to turn it off for regular training because it slows training down considerably. A
-profiler records every operator (and `emit_nvtx`/`emit_itt` push a range around each one) for as
-long as it is active; without a schedule that is the whole run.
+guide lists it among the debugging APIs to turn off for regular training, and the autograd
+documentation warns that its checks slow the program down. A profiler records every operator (and
+`emit_nvtx`/`emit_itt` push a range around each one) for as long as it is active; without a
+schedule that is the whole run.
+
+## Expected gain
+
+Large. In a benchmark by a PyTorch-Ignite maintainer, anomaly detection took an epoch of VGG16-BN
+on CIFAR-10 from about 22 s to 52-57 s (https://github.com/pytorch/ignite/pull/219). A profiler
+without a schedule slows every step it records, by an amount that depends on what it records.
+`torchlint verify --each --unsafe-fixes script.py` measures the step time before and after on your
+machine.
 
 ## Example
 
@@ -58,6 +67,7 @@ process, so it is reported wherever it is (in a model's `__init__` too).
 - https://pytorch.org/docs/stable/autograd.html#anomaly-detection
 - https://pytorch.org/docs/stable/autograd.html#profiler
 - https://pytorch.org/docs/stable/profiler.html
+- https://github.com/pytorch/ignite/pull/219
 """
 
 from __future__ import annotations

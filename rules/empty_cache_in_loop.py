@@ -17,6 +17,14 @@ Lightning docs and the "9 tips" guide single it out: every call makes the GPUs w
 give your own program more memory (PyTorch's CUDA notes: the released memory only becomes
 available to other processes), so it cannot cure an out-of-memory error in the loop either.
 
+## Expected gain
+
+Step time, traded against reserved memory. In PEFT's MetaMathQA training script, 250 steps took 65 s
+with `empty_cache()` after every step and 45 s without it, while the average reserved memory rose
+from 12.0 to 22.1 GB (https://github.com/huggingface/peft/pull/2894): the cache keeps memory that
+other processes on the GPU then cannot use. `torchlint verify --profile script.py` charges the
+calls' time to their line; `torchlint verify --each script.py` measures the fix.
+
 ## Example
 
 ```python
@@ -58,6 +66,7 @@ or benchmark candidates, in loops that measure memory per batch (`reset_peak_mem
 - https://lightning.ai/docs/pytorch/stable/advanced/speed.html#clear-cache
 - https://pytorch.org/docs/stable/notes/cuda.html#memory-management
 - https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html
+- https://github.com/huggingface/peft/pull/2894
 """
 
 from __future__ import annotations

@@ -18,6 +18,14 @@ would need, although evaluation never calls backward: memory grows with the batc
 run out of memory, and the bookkeeping costs time. PyTorch's tuning guide recommends disabling
 gradient calculation for validation or inference.
 
+## Expected gain
+
+Mostly memory, some time: without a graph, evaluation keeps no activations for a backward pass, so
+larger evaluation batches fit. The tuning guide says it speeds evaluation up and saves memory,
+without a figure, and no published measurement was found. To see it on your model, time the
+evaluation loop and read `torch.cuda.max_memory_allocated()` before and after the change (`torchlint
+verify` measures the optimizer steps it runs, which may include no evaluation).
+
 ## Example
 
 ```python

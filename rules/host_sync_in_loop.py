@@ -22,6 +22,13 @@ take turns instead of overlapping. PyTorch's tuning guide lists `print(cuda_tens
 `.cpu()` and `.numpy()` among the operations that force a synchronization; Lightning's speed guide
 says not to call `.item()` in the training loop at all.
 
+## Expected gain
+
+No published measurement found. A sync leaves the GPU idle while the host, which had to wait,
+prepares and queues the next kernels: on a model whose step is long, one read per step costs little;
+small, fast steps lose more. `torchlint verify --profile script.py` charges the measured time of
+each sync to its line.
+
 ## Example
 
 ```python

@@ -20,6 +20,14 @@ counter bumped by every in-place operation and the tracking of views. PyTorch's 
 better performance than `no_grad`; the gain is in the per-operation overhead, largest for models
 of many small operations and for CPU inference.
 
+## Expected gain
+
+Small. The saving is per operation (no version counters, no view tracking), so it shows for models
+of many small operations and for CPU inference, and hardly when large kernels dominate. In one
+public measurement, a CIFAR-10 evaluation on a Colab GPU took 3.7 s under `no_grad` and 3.6 s under
+`inference_mode` (https://github.com/pytorch/ignite/issues/2193). To see it on your model, time the
+evaluation loop before and after the change.
+
 ## Example
 
 ```python
@@ -65,6 +73,7 @@ later (`preds.cpu()` with nothing else on the CPU shares memory with an inferenc
 - https://pytorch.org/docs/stable/generated/torch.inference_mode.html
 - https://pytorch.org/docs/stable/notes/autograd.html#inference-mode
 - https://pytorch.org/cppdocs/notes/inference_mode.html
+- https://github.com/pytorch/ignite/issues/2193
 """
 
 from __future__ import annotations
@@ -125,7 +134,8 @@ class InferenceMode(Rule):
         if torch is not None:
             fix.replace(call, cst.parse_expression(f"{torch}.inference_mode()"))
         self.report(call, "`torch.no_grad()` around inference whose results leave only as numbers or host copies: "
-                          "`torch.inference_mode()` also skips version counting and view tracking", fix.build())
+                          "`torch.inference_mode()` also skips version counting and view tracking (a small gain, "
+                          "largest for models of many small operations)", fix.build())
 
     def _evaluation(self, node: cst.With) -> bool:
         """Inference by every sign the file gives: an evaluation loop around or inside the block,

@@ -14,6 +14,12 @@ the next step's work ahead of the GPU. `self.log` accepts the tensor itself: Lig
 accumulates it on the device, and reads it back only when a logger or the progress bar needs the
 number. Lightning's speed guide: "Don't call `.item()` anywhere in your code."
 
+## Expected gain
+
+No published measurement found. The fix removes one host sync per logged value per step: little for
+models whose step is long, more for small models whose steps are short. `torchlint verify --each
+script.py` measures the step time before and after on your machine.
+
 ## Example
 
 ```python

@@ -25,6 +25,15 @@ compute the softmax block by block without ever storing the matrix; PyTorch's SD
 measures several times the speed of the explicit form on a GPU, with far less memory, which also
 allows longer sequences or larger batches.
 
+## Expected gain
+
+Large on GPUs, more so for long sequences. A small GPT on an A100 went from 55,256 to 91,901
+tokens/s and from 11.56 to 5.90 GB reserved when its attention moved to
+`scaled_dot_product_attention` (https://github.com/rasbt/LLMs-from-scratch/tree/main/ch05/10_llm-training-speed).
+The FlashAttention paper reports 3x for GPT-2 training at length 1K (https://arxiv.org/abs/2205.14135),
+its README 10x (2K) to 20x (4K) less attention memory (https://github.com/Dao-AILab/flash-attention).
+`torchlint verify --each --unsafe-fixes script.py` measures it on your machine.
+
 ## Example
 
 ```python
@@ -73,6 +82,9 @@ Reported for a target torch from 2.0, the first with `F.scaled_dot_product_atten
 
 - https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html
 - https://pytorch.org/tutorials/intermediate/scaled_dot_product_attention_tutorial.html
+- https://github.com/rasbt/LLMs-from-scratch/tree/main/ch05/10_llm-training-speed
+- https://arxiv.org/abs/2205.14135
+- https://github.com/Dao-AILab/flash-attention
 """
 
 from __future__ import annotations

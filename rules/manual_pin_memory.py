@@ -18,6 +18,15 @@ pinning thread while the model computes on the previous one, so the training thr
 the non-blocking copy. With `num_workers=0` the loader pins on the training thread too; there the
 manual pinning buys nothing over a plain copy, and the finding says so.
 
+## Expected gain
+
+The time of one host copy of the batch per step, on the training thread: the pinned-memory tutorial
+finds the manual pin-then-copy up to twice as slow as a plain copy
+(https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html). It grows with the batch's bytes
+(images, audio), and is small for batches of a few token ids. No published measurement of the fix
+itself found; `torchlint verify --each --unsafe-fixes script.py` measures the step time before and
+after on your machine.
+
 ## Example
 
 ```python

@@ -14,6 +14,15 @@ the model trains on the previous one, so the copy to the GPU is a single DMA tra
 run asynchronously (`x.to(device, non_blocking=True)`) and overlap with compute. The PyTorch
 tuning guide and Lightning's speed guide both recommend it for GPU training.
 
+## Expected gain
+
+It grows with the bytes copied per step. Copies from pinned memory are much faster than from
+pageable memory (PyTorch's CUDA notes) and only they can overlap with compute, so large image, audio
+or video batches gain the most; batches of a few token ids gain nothing measurable: a small GPT on
+an A100 ran at 28,399 tokens/s without and 28,402 with `pin_memory=True`
+(https://github.com/rasbt/LLMs-from-scratch/tree/main/ch05/10_llm-training-speed). `torchlint verify
+--each script.py` measures the step time before and after on your machine.
+
 ## Example
 
 ```python
@@ -60,6 +69,7 @@ so there the fix is marked unsafe.
 - https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers
 - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation
 - https://lightning.ai/docs/pytorch/stable/advanced/speed.html#dataloaders
+- https://github.com/rasbt/LLMs-from-scratch/tree/main/ch05/10_llm-training-speed
 """
 
 from __future__ import annotations

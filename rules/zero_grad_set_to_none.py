@@ -14,6 +14,15 @@ the gradients afresh and assigns them instead of adding to zeros, which saves th
 read per gradient. The PyTorch tuning guide lists this under "use parameter.grad = None instead of
 model.zero_grad()"; since torch 2.0, `set_to_none=True` is the default (pytorch#92731).
 
+## Expected gain
+
+Small, mostly memory. PyTorch's `zero_grad` documentation says gradients set to None lower the
+memory footprint and can modestly improve performance; nnU-Net measured little change in run time
+and GPU memory falling from 7800 to 7500 MB on one task
+(https://github.com/MIC-DKFZ/nnUNet/pull/1630). Since torch 2.0 it is the default, so on current
+torch the rule fires only where code asks for zeros explicitly. `torchlint verify --each
+--unsafe-fixes script.py` measures the step time and memory before and after on your machine.
+
 ## Example
 
 ```python
@@ -44,6 +53,7 @@ be zeros, and on `None` the write raises a `TypeError` (the message says so). Ve
 - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#use-parameter-grad-none-instead-of-model-zero-grad-or-optimizer-zero-grad
 - https://github.com/pytorch/pytorch/pull/92731
 - https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
+- https://github.com/MIC-DKFZ/nnUNet/pull/1630
 """
 
 from __future__ import annotations
@@ -125,11 +135,12 @@ class ZeroGradSetToNone(Rule):
             return
         flag = find_argument(node, "set_to_none", 0)
         if flag is None and not node.args and not self.ctx.torch_at_least("2.0"):
-            message = ("`zero_grad()` writes zeros into every gradient before torch 2.0; "
-                       "pass `set_to_none=True` to drop them instead")
+            message = ("`zero_grad()` writes zeros into every gradient before torch 2.0 (a small cost, mostly "
+                       "memory); pass `set_to_none=True` to drop them instead")
             new = set_keyword(node, "set_to_none", cst.Name("True"))
         elif flag is not None and is_literal(flag.value, False):
-            message = "`zero_grad(set_to_none=False)` writes zeros into every gradient; let it drop them instead"
+            message = ("`zero_grad(set_to_none=False)` writes zeros into every gradient (a small cost, mostly memory); "
+                       "let it drop them instead")
             # drop the argument (the default is True since 2.0) unless the call spans lines,
             # where the argument may carry a comment
             one_line = "\n" not in self.ctx.code_for(node)
