@@ -30,7 +30,7 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.callees import Callees, self_attribute
-from torchlint.analysis.syntax import (ast_dotted_name, contains, dotted_name, find_keyword, literal_value,
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, contains, dotted_name, find_keyword, literal_value,
                                        positional_args)
 from torchlint.analysis.walk import walk
 
@@ -382,8 +382,16 @@ def ast_compile_calls(index: SyntaxIndex) -> list[ast.AST]:
     ``re.compile`` (``torch.compile(...)``, ``@torch.compile``, ``model.compile()``), and Dynamo's
     ``optimize``."""
     def compute() -> list[ast.AST]:
-        found: list[ast.AST] = [call for call in index.calls("compile", "optimize")
-                                if (ast_dotted_name(call.func) or "").rsplit(".", 1)[0] not in ("re", "regex")]
+        defines_classes = bool(index.nodes(ast.ClassDef))
+        found: list[ast.AST] = []
+        for call in index.calls("compile", "optimize"):
+            if (ast_dotted_name(call.func) or "").rsplit(".", 1)[0] in ("re", "regex"):
+                continue
+            if (ast_dotted_name(call.func) or "").partition(".")[0] in index.imported_from("torch"):
+                found.append(call)  # torch.compile(fn), torch._dynamo.optimize(...)
+            elif ast_callee(call) == "compile" and isinstance(call.func, ast.Attribute) and defines_classes \
+                    and not index.may_be_imported(call.func.value):
+                found.append(call)  # model.compile(): a module of a class the file defines, not a module's function
         for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
             found += [d for d in function.decorator_list if (ast_dotted_name(d) or "").endswith("compile")]
         return found

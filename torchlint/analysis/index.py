@@ -162,6 +162,21 @@ class SyntaxIndex:
                              for node in self.nodes(ast.Import, ast.ImportFrom) for alias in node.names)
         return self.memo("imported", compute)
 
+    def imported_from(self, package: str) -> frozenset[str]:
+        """The names import statements bind to ``package`` or something in it (``import torch``,
+        ``import torch._dynamo as dynamo``, ``from torch import compile``)."""
+        def compute() -> frozenset[str]:
+            names = set()
+            for node in self.nodes(ast.Import):
+                names.update(alias.asname or alias.name.partition(".")[0] for alias in node.names
+                             if alias.name == package or alias.name.startswith(package + "."))
+            for node in self.nodes(ast.ImportFrom):
+                module = node.module or ""
+                if not node.level and (module == package or module.startswith(package + ".")):
+                    names.update(alias.asname or alias.name for alias in node.names)
+            return frozenset(names)
+        return self.memo(("imported_from", package), compute)
+
     def may_be_imported(self, func: ast.AST) -> bool:
         """Can ``func`` (``torch.profiler.profile``, ``profile``) name something an import brought,
         as ``Bindings.qualified_name`` requires? Not ``self.profiler.profile``."""
