@@ -71,13 +71,14 @@ directly on purpose (to test it without the hooks).
 
 from __future__ import annotations
 
-import re
-
 import ast
+import re
 from functools import cached_property
 
 import libcst as cst
 
+from torchlint.analysis.modules import ast_module_classes
+from torchlint.analysis.syntax import ast_dotted_name
 from torchlint.rule import Rule, SyntaxIndex
 
 
@@ -97,9 +98,21 @@ class ForwardCall(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # `<something>.forward(...)` that is not `super().forward(...)`
-        return any(isinstance(call.func, ast.Attribute) and not isinstance(call.func.value, ast.Call)
-                   for call in index.calls("forward"))
+        # `<something>.forward(...)` that is not `super().forward(...)`, on a receiver that
+        # Modules.is_module_here can prove a module: `self...` only in a class of the file that is
+        # an nn.Module, a name only in a file that imports torch or defines such a class
+        calls = [call for call in index.calls("forward")
+                 if isinstance(call.func, ast.Attribute) and not isinstance(call.func.value, ast.Call)]
+        if not calls:
+            return False
+        classes = ast_module_classes(index)
+        lines = index.lines(node for node in index.nodes(ast.ClassDef) if node.name in classes)
+        named = bool(classes or index.imported_from("torch"))
+        for call in calls:
+            root = (ast_dotted_name(call.func.value) or "").partition(".")[0]
+            if root == "self" and lines[call.lineno] or root != "self" and named:
+                return True
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -66,7 +66,8 @@ import libcst as cst
 
 from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, ast_may_move, tensor_factory
 from torchlint.analysis.loops import AST_FUNCTIONS
-from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
+from torchlint.analysis.modules import ast_module_classes
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
                                        function_parameters, is_literal, positional_args)
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
@@ -102,7 +103,12 @@ class RegisterBuffer(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `x.attr = <a torch factory given a device, or .to()/.cuda()>` inside an `__init__`
-        inits = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "__init__")
+        classes = ast_module_classes(index)
+        modules = [node for node in index.nodes(ast.ClassDef) if node.name in classes or (  # see _is_module
+            node.bases and any(isinstance(f, AST_FUNCTIONS) and f.name == "forward" for f in node.body)
+            and "object" not in {ast_dotted_name(base) for base in node.bases})]
+        inits = index.lines(f for cls in modules for f in cls.body if isinstance(f, AST_FUNCTIONS)
+                            and f.name == "__init__")
         factories = index.names(name.rsplit(".", 1)[1] for name in TENSOR_FACTORIES)
         for node in index.nodes(ast.Assign):
             value = node.value

@@ -95,7 +95,7 @@ import ast
 import libcst as cst
 
 from torchlint.analysis.loops import AST_FUNCTIONS
-from torchlint.analysis.modules import MODULE_ATTRIBUTES
+from torchlint.analysis.modules import MODULE_ATTRIBUTES, ast_module_classes
 from torchlint.analysis.syntax import ast_callee, contains, dotted_name, function_parameters, string_value
 from torchlint.fixes import imported_name, insert_after, insert_before
 from torchlint.rule import Rule, SyntaxIndex
@@ -170,7 +170,11 @@ class UnregisteredSubmodules(Rule):
         # `x.attr = [...]` / `{...}` / a comprehension inside an `__init__`
         # whose elements are all calls (a layer is built by one), or that starts empty and is filled
         # by calls (`.append(nn.Linear(...))`)
-        inits = index.lines(f for f in index.nodes(*AST_FUNCTIONS) if f.name == "__init__")
+        modules = [node for node in index.nodes(ast.ClassDef) if node.name in ast_module_classes(index)]
+        if not modules:
+            return False  # only an nn.Module's __init__ counts (Modules.classes)
+        inits = index.lines(f for cls in modules for f in cls.body
+                            if isinstance(f, AST_FUNCTIONS) and f.name == "__init__")
         classes = {node.name for node in index.nodes(ast.ClassDef)}
         for node in index.nodes(ast.Assign, ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -52,7 +52,8 @@ def prechecked(source: str) -> set[str]:
     ("for b in d:\n    losses.append(loss)\n    self.manual_backward(loss)\n", "TL101"),
     ("while True:\n    total += loss\n    accelerator.backward(loss)\n", "TL101"),
     # a decorated method: its decorators count as inside it
-    ("class M:\n    @dec\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
+    ("import torch\nclass M(torch.nn.Module):\n    @dec\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n",
+     "TL205"),
     # device moves as RuleContext.device_move reads them
     ("x = torch.zeros(3).to(device=dev, dtype=torch.float16)\n", "TL201"),
     ("from torch import float16 as half\nx = torch.zeros(3).to(d, half)\n", "TL201"),
@@ -75,6 +76,17 @@ def test_precheck_passes_the_shape(source, code):
     ("w = weight.to('cpu')\nw = w.float()\n", "TL202"),  # never moved back
     ("t = torch.tensor([1, 2])\n", "TL204"),  # a list, not an array
     ("for x, y in loader:\n    x = x.cuda()\n", "TL203"),  # no loader pins memory
+    # not a torch module class (a base from a relative import, or none): Modules.classes says no
+    ("from .module import Module\nclass M(Module):\n    def __init__(self):\n        self.layers = [Linear(2, 2)]\n",
+     "TL405"),
+    ("import torch\nclass M:\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
+    ("import torch\nclass Plan:\n    def run(self, x):\n        return self.step.forward(x)\n", "TL506"),
+    ("import torch_tensorrt\nm = torch_tensorrt.compile(model)\n", "TLC001"),  # not torch.compile
+    ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
+    ("import torch\nwith torch.profiler.profile(enabled=False):\n    loss.backward()\n", "TL803"),  # switched off
+    ("import torch\nwith torch.no_grad():\n    for p in params:\n        p.mul_(2)\n", "TL106"),  # runs no model
+    # a softmax over dim 1 (a classifier's), and a product of untransposed keys
+    ("import torch\ndef f(q, k, v):\n    a = torch.softmax(q @ k, dim=1)\n    return a @ v\n", "TL406"),
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)

@@ -281,6 +281,29 @@ class Modules:
         return frozenset(found)
 
 
+def ast_module_classes(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``Modules.classes``: the file's classes with a base that an import of
+    torch or Lightning names (``nn.Module``, ``torch.nn.Linear``, ``LightningModule``), or that
+    derive from such a class of the file."""
+    def compute() -> frozenset[str]:
+        roots = index.imported_from("torch") | index.imported_from("pytorch_lightning") \
+            | index.imported_from("lightning")
+        classes = index.nodes(ast.ClassDef)
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for node in classes:
+                if node.name in found:
+                    continue
+                bases = [ast_dotted_name(base) or "" for base in node.bases]
+                if any(base.partition(".")[0] in roots or base in found for base in bases):
+                    found.add(node.name)
+                    changed = True
+        return frozenset(found)
+    return index.memo("module_classes", compute)
+
+
 def ast_module_holders(index: SyntaxIndex) -> frozenset[str]:
     """The precheck twin of ``Modules.holds_module``: names assigned a call of a class of the file
     that derives from a ``Module`` (by name), or of a capitalized ``nn.`` layer."""
