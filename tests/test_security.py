@@ -153,4 +153,8 @@ def test_verify_runs_only_the_named_script_in_a_temporary_copy(tmp_path, monkeyp
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written, nothing fixed here
     assert markers(tmp_path) == []  # other.py and helpers.py never ran
     runs = log.read_text().splitlines()
-    assert len(runs) == 2 and all(Path(cwd) != folder and not Path(cwd).exists() for cwd in runs), runs
+    # the original and the fixed script; a fixed run that measures slower runs once more
+    # ("fixed_again"), which depends on the machine's load, so the count is 2 or 3
+    names = [Path(cwd).name for cwd in runs]
+    assert names[:2] == ["original", "fixed"] and set(names[2:]) <= {"fixed_again"}, runs
+    assert all(Path(cwd) != folder and not Path(cwd).exists() for cwd in runs), runs
