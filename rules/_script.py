@@ -8,11 +8,13 @@ from typing import ClassVar
 
 import libcst as cst
 
-from torchlint.analysis.devices import may_train_on_cuda
+from torchlint.analysis.calls import related, where
+from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.modules import ProjectConvolution, ast_project_convolutions
 from torchlint.analysis.programs import ast_training_script
 from torchlint.fixes import module_setting
-from torchlint.rule import Rule
+from torchlint.rule import Related, Rule
 
 
 class WholeScriptRule(Rule):
@@ -38,9 +40,69 @@ class WholeScriptRule(Rule):
         """Does the advice apply to this script (beyond being a CUDA training script)?"""
         return True
 
+    def explanation(self) -> tuple[str, tuple[Related, ...]]:
+        """The finding's message and related locations, once ``wanted`` said yes."""
+        return self.message, ()
+
     def leave_Module(self, original_node: cst.Module) -> None:
         loop = self.ctx.programs.cuda_training_script()
         if loop is None or any(text in self.ctx.code for text in self.already_decided) or not self.wanted():
             return
         edit = module_setting(self.ctx, self.setting) if self.setting else None
-        self.report(loop, self.message, self.fix(self.fix_title, edit) if edit else None)
+        message, places = self.explanation()
+        self.report(loop, message, self.fix(self.fix_title, edit) if edit else None, related=places)
+
+
+class ConvolutionalScriptRule(WholeScriptRule):
+    """A whole-script rule for convolutional networks (TL402, TL403). The convolutions may be built
+    in the file (``triggers`` name their text there) or by the project's own code that the file
+    calls or imports (``Modules.project_convolutions``: ``from models import UNet``); the finding
+    then says where. ``dimension``: the convolutions that count (None: any)."""
+
+    dimension: ClassVar[int | None] = None
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        # a convolution of the file or of a project module comes through an import either way
+        return may_train_on_cuda(text) and "import" in text
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        if not super().precheck(index):
+            return False
+        if any(trigger in index.source for trigger in cls.triggers):
+            return True  # the file may build them itself
+        # the project's modules are read only for a script that qualifies otherwise (as
+        # leave_Module and ``wanted`` read its code)
+        code = index.code
+        if not mentions_cuda(code) or any(text in code for text in cls.already_decided) or not cls.may_want(code):
+            return False
+        found = ast_project_convolutions(index)
+        return bool(found) if cls.dimension is None else cls.dimension in found
+
+    @classmethod
+    def may_want(cls, code: str) -> bool:
+        """What ``wanted`` requires of the code's text (comments and docstrings left out), checked
+        before the precheck reads the project's modules: a necessary condition only."""
+        return True
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.elsewhere: ProjectConvolution | None = None
+
+    def convolutional(self) -> bool:
+        """Does the script build convolutions (of ``dimension``): in the file, or else through the
+        project's modules (then kept in ``elsewhere`` for the finding)?"""
+        dimensions = self.ctx.modules.convolution_dimensions
+        if dimensions if self.dimension is None else self.dimension in dimensions:
+            return True
+        found = self.ctx.modules.project_convolutions
+        self.elsewhere = next(iter(found.values()), None) if self.dimension is None else found.get(self.dimension)
+        return self.elsewhere is not None
+
+    def explanation(self) -> tuple[str, tuple[Related, ...]]:
+        if self.elsewhere is None:
+            return self.message, ()
+        effect = self.elsewhere.effect
+        return (f"{self.message}; the convolutions are built by the project's `{self.elsewhere.name}` (`{effect.what}`, "
+                f"{where(effect)})", (related(effect, "a convolution of the model is built here"),))

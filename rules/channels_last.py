@@ -1,7 +1,8 @@
 """
 ## What it does
 
-Finds convolutional training scripts (`nn.Conv2d` or a `torchvision.models` network) that train
+Finds convolutional training scripts (`nn.Conv2d` or a `torchvision.models` network, in the script
+or in the project's module it imports the model from: see `cudnn-benchmark`) that train
 on CUDA with mixed precision (autocast, a `GradScaler`, or a half/bfloat16 model) and never use the
 channels-last memory format. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function), on its first training loop.
@@ -70,21 +71,26 @@ from __future__ import annotations
 
 from torchlint.analysis.devices import uses_reduced_precision
 from torchlint.rule import Severity
-from torchlint.rules._script import WholeScriptRule
+from torchlint.rules._script import ConvolutionalScriptRule
 
 
-class ChannelsLast(WholeScriptRule):
+class ChannelsLast(ConvolutionalScriptRule):
     code = "TL403"
     name = "channels-last"
     kind = "performance"
     summary = "Mixed-precision CNN training in NCHW instead of `memory_format=torch.channels_last`"
     severity = Severity.INFORMATION
     triggers = ("Conv2d", "torchvision")
+    dimension = 2
     already_decided = ("channels_last",)
     message = ("this mixed-precision CNN trains in the NCHW layout; convert the model once with "
                "`model = model.to(memory_format=torch.channels_last)` and each 4-D input batch with "
                "`x = x.to(device, memory_format=torch.channels_last)` (use `.reshape()` instead of "
                "`.view()` on convolution outputs)")
 
+    @classmethod
+    def may_want(cls, code: str) -> bool:
+        return uses_reduced_precision(code)
+
     def wanted(self) -> bool:
-        return uses_reduced_precision(self.ctx.code) and 2 in self.ctx.modules.convolution_dimensions
+        return self.may_want(self.ctx.code) and self.convolutional()

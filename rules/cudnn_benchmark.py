@@ -2,11 +2,22 @@
 ## What it does
 
 Finds training scripts with a convolutional model (`nn.Conv1d`/`Conv2d`/`Conv3d`, their
-transposed and lazy forms, or a `torchvision.models` network) that train on CUDA and never set
+transposed and lazy forms, or a `torchvision.models` network; in the script or in the project's
+module it imports the model from) that train on CUDA and never set
 `torch.backends.cudnn.benchmark`. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function; a module that other code imports
 should not change process-wide settings), on its first training loop (a loop that calls
 `backward()`).
+
+A model built in another module of the project counts as if the script defined it: a class or
+factory function of the project that the script calls (`UNet()`, `models.resnet20()`, a name that
+`from models import *` brings) or imports by name (`from .net import Net`), and that builds
+convolution layers itself or through the helpers, classes and base classes it calls in the
+project's code. The finding then names the file and line of one of them. A model of another
+package (`timm.create_model(...)`) is not the project's; an import that cannot be resolved, a
+model looked up by name at run time (`models.__dict__[args.arch]()`), convolutions called as
+functions (`F.conv2d`) and a training loop that runs in another module (`trainer.fit(...)`) are
+not seen.
 
 ## Why is it slow
 
@@ -62,8 +73,7 @@ or `cudnn.deterministic` at all, or
 calls `torch.use_deterministic_algorithms` (deterministic mode is detected through any import
 spelling, so this rule and `deterministic-algorithms` never give contradicting advice), and when it shows signs of inputs of varying shape
 (`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
-training). Models defined in another module than the training loop are not seen. The fix adds the
-setting after the script's imports, when it imports `torch` at the top.
+training). The fix adds the setting after the script's imports, when it imports `torch` at the top.
 
 ## References
 
@@ -77,13 +87,13 @@ from __future__ import annotations
 import re
 
 from torchlint.analysis.reproducibility import deterministic_settings
-from torchlint.rules._script import WholeScriptRule
+from torchlint.rules._script import ConvolutionalScriptRule
 
 VARIABLE_SHAPES = re.compile(r"pad_sequence|pack_padded_sequence|PackedSequence|collate_fn|multi_?scale|"
                              r"random_?size|RandomResize\b|varlen", re.IGNORECASE)
 
 
-class CudnnBenchmark(WholeScriptRule):
+class CudnnBenchmark(ConvolutionalScriptRule):
     code = "TL402"
     name = "cudnn-benchmark"
     kind = "performance"
@@ -96,8 +106,13 @@ class CudnnBenchmark(WholeScriptRule):
     message = ("this convolutional network trains with cuDNN's default algorithm choice; add "
                "`torch.backends.cudnn.benchmark = True` after the imports to pick the fastest per shape")
 
+    @classmethod
+    def may_want(cls, code: str) -> bool:
+        return not VARIABLE_SHAPES.search(code)
+
     def wanted(self) -> bool:
         # a file that sets deterministic mode in any spelling (`cb.deterministic = True` after
-        # `import torch.backends.cudnn as cb`) has chosen reproducibility: never advise against it
-        return not VARIABLE_SHAPES.search(self.ctx.code) and bool(self.ctx.modules.convolution_dimensions) \
-            and not deterministic_settings(self.ctx.module, self.ctx.bindings)
+        # `import torch.backends.cudnn as cb`) has chosen reproducibility: never advise against it;
+        # the project's other modules are read last, for a script that otherwise qualifies
+        return self.may_want(self.ctx.code) \
+            and not deterministic_settings(self.ctx.module, self.ctx.bindings) and self.convolutional()

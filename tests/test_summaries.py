@@ -66,6 +66,8 @@ def facts(summary: FunctionSummary, root: Path) -> list[str]:
                      f"{where(factory.effect, root)}{via(factory.effect, root)}")
     if summary.builds:
         lines.append(f"builds {', '.join(summary.builds)}")
+    lines += [f"convolution {c.dimension}d at {where(c.effect, root)}{via(c.effect, root)}"
+              for c in summary.convolutions]
     if summary.grad_mode is not None:
         lines.append(f"grad {summary.grad_mode}")
     return lines
@@ -462,7 +464,8 @@ row("a-model-class-of-another-module", {
         def main():
             model = Net()
         """,
-}, ("train.py", "Net", "main"), ["builds BatchNorm2d, Conv2d, Sequential"])
+}, ("train.py", "Net", "main"), ["builds BatchNorm2d, Conv2d, Sequential",
+                                  "convolution 2d at models.py:6 nn.Conv2d(c, c, 3) via models.py:12 Block(...)"])
 row("unresolvable-import", PROJECT, ("train.py", "helper", "fit"), None)
 row("third-party-import", PROJECT, ("train.py", "np.mean", "fit"), None)
 row("everything-through-the-imports", PROJECT, ("train.py", "fit"), [
@@ -577,23 +580,48 @@ LAYERS = """
         return nn.ReLU()
     """
 row("conv3x3-bias-default", LAYERS, ("train.py", "conv3x3"),
-    ["returns layer Conv2d bias=default at train.py:6 nn.Conv2d(a, b, 3, stride, 1)", "builds Conv2d"])
+    ["returns layer Conv2d bias=default at train.py:6 nn.Conv2d(a, b, 3, stride, 1)", "builds Conv2d",
+     "convolution 2d at train.py:6 nn.Conv2d(a, b, 3, stride, 1)"])
 row("conv1x1-bias-false", LAYERS, ("train.py", "conv1x1"),
-    ["returns layer Conv2d bias=False at train.py:9 tnn.Conv2d(a, b, 1, bias=False)", "builds Conv2d"])
+    ["returns layer Conv2d bias=False at train.py:9 tnn.Conv2d(a, b, 1, bias=False)", "builds Conv2d",
+     "convolution 2d at train.py:9 tnn.Conv2d(a, b, 1, bias=False)"])
 row("conv-bias-from-a-parameter", LAYERS, ("train.py", "conv"),
     ["returns layer Conv2d bias=parameter parameter 2 bias at train.py:12 Conv2d(a, b, 3, bias=bias)",
-     "builds Conv2d"])
+     "builds Conv2d", "convolution 2d at train.py:12 Conv2d(a, b, 3, bias=bias)"])
 row("sequential-ending-in-linear", LAYERS, ("train.py", "head"),
     ["returns layer Linear bias=default at train.py:16 nn.Linear(a, b)", "builds Linear, ReLU, Sequential"])
 row("layer-through-a-helper", LAYERS, ("train.py", "block"),
     ["returns layer Conv2d bias=False at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:19 conv(...)",
-     "builds Conv2d"])
+     "builds Conv2d", "convolution 2d at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:19 conv(...)"])
 row("sequential-ending-in-a-helper", LAYERS, ("train.py", "stem"), [
     "returns layer Conv2d bias=parameter parameter 1 use_bias at train.py:12 Conv2d(a, b, 3, bias=bias) "
     "via train.py:22 conv(...)",
     "builds Conv2d, ReLU, Sequential",
+    "convolution 2d at train.py:12 Conv2d(a, b, 3, bias=bias) via train.py:22 conv(...)",
 ])
-row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), ["builds Conv2d, ReLU"])
+row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), [
+    "builds Conv2d, ReLU", "convolution 2d at train.py:6 nn.Conv2d(a, b, 3, stride, 1) via train.py:26 conv3x3(...)"])
+
+row("convolutions-one-of-each-dimension", """
+    import torch.nn as nn
+    from torch.nn import ConvTranspose3d
+    from torchvision import models
+
+    def layers1d():
+        # nn.Conv1d in a comment, and "nn.Conv1d(1, 1, 1)" in a string, build nothing
+        return nn.Sequential(nn.LazyConv1d(8, 3), nn.Conv1d(8, 8, 3))
+
+    def build():
+        stem = layers1d()
+        backbone = models.resnet18()
+        head = nn.Conv2d(8, 8, 1)
+        return ConvTranspose3d(8, 1, 2)
+    """, ("train.py", "build"), [
+        "builds Conv1d, Conv2d, ConvTranspose3d, LazyConv1d, Sequential",
+        "convolution 1d at train.py:7 nn.LazyConv1d(8, 3) via train.py:10 layers1d()",
+        "convolution 2d at train.py:11 models.resnet18()",
+        "convolution 3d at train.py:13 ConvTranspose3d(8, 1, 2)",
+    ])
 
 row("factories", """
     import torch
@@ -793,6 +821,17 @@ def test_imports_resolve_like_ruff(tmp_path):
         "not the project's": None,
         "above the root": None,
     }
+
+
+def test_a_module_that_is_no_package_has_no_modules(tmp_path):
+    """`from utils import helper` where utils.py is a plain module: `helper` is one of its names or
+    nothing, never utils/helper.py beside it (Python raises ImportError); a package's is its module."""
+    write(tmp_path, {"utils.py": "x = 1\n", "utils/helper.py": "def f(t):\n    t.item()\n",
+                     "pkg/__init__.py": "", "pkg/helper.py": "def f(t):\n    t.item()\n",
+                     "train.py": "from utils import helper\nfrom pkg import helper as ok\n"})
+    summaries = ProjectModules(tmp_path).summaries
+    assert summaries.resolve_call(str(tmp_path / "train.py"), "helper.f", None) is None
+    assert summaries.resolve_call(str(tmp_path / "train.py"), "ok.f", None) is not None
 
 
 def test_first_root_wins(tmp_path):

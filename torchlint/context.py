@@ -77,7 +77,7 @@ class RuleContext:
 
     @cached_property
     def modules(self) -> Modules:
-        return Modules(self.module, self.bindings)
+        return Modules(self.module, self.bindings, lambda: self.calls)
 
     @cached_property
     def losses(self) -> Losses:

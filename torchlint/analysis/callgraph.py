@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 
 from torchlint.analysis.resolution import ModuleSource, Resolver, Target
 from torchlint.analysis.summaries import (
-    GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, FunctionSummary, Keep, Layer,
-    ModeCall, Operand, Returned, Sync, detached, union,
+    GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Convolution, Effect, FunctionSummary,
+    Import, Keep, Layer, ModeCall, Operand, Returned, Sync, detached, union,
 )
 
 _UNPASSED = object()  # the call leaves the parameter to its default
@@ -70,6 +70,22 @@ class Summaries:
         summary = self._transitive(target.key)
         asked |= self._depends.get(target.key, frozenset())
         return None if summary is None else Resolved(summary, target.bound, target.constructor)
+
+    def runs(self, path: str, name: str | Import, scope: str | None = None) -> tuple[FunctionSummary, ...]:
+        """The transitive summaries of what calling ``name`` runs (a dotted text read in
+        ``scope``, or the name an import statement brings in; see Resolver.runs): a function's,
+        or the ``__init__`` of each class of the project a class derives from; empty when unknown."""
+        path = os.path.abspath(path)
+        targets, consulted = self.resolver.runs(path, scope, name)
+        asked = self._asked.setdefault(path, set())
+        asked |= consulted
+        found = []
+        for target in targets:
+            summary = self._transitive(target.key)
+            asked |= self._depends.get(target.key, frozenset())
+            if summary is not None:
+                found.append(summary)
+        return tuple(found)
 
     def resolve_call(self, path: str, callee: str, scope: str | None) -> FunctionSummary | None:
         """The transitive summary of what a call written as ``callee`` in ``scope`` calls."""
@@ -314,6 +330,7 @@ class _Facts:
         self.autograd: dict = {}
         self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
         self.builds: set[str] = set()
+        self.convolutions: dict = {}  # dimension -> (Convolution, its effect)
 
     def sync(self, sync: Sync, effect: Effect, reads: tuple[Operand, ...]) -> None:
         """One sync a place, reading whatever any path to it reads, reached by the shortest chain."""
@@ -349,6 +366,8 @@ class _Facts:
         for call in local.mode_calls:
             self.mode(call, (call.effect.line, call.effect.column))
         self.builds.update(local.builds)
+        for convolution in local.convolutions:
+            _shorter(self.convolutions, convolution.dimension, convolution, convolution.effect)
 
     def add_callee(self, binding: _Binding) -> None:
         site, callee = binding.site, binding.callee
@@ -371,6 +390,9 @@ class _Facts:
             for effect in effects:
                 _shorter(store, effect.location, effect.through(via), effect.through(via))
         self.builds.update(callee.builds)
+        for convolution in callee.convolutions:
+            effect = convolution.effect.through(via)
+            _shorter(self.convolutions, convolution.dimension, Convolution(convolution.dimension, effect), effect)
         for call in callee.mode_calls:
             receiver = binding.receiver(call.receiver)
             if receiver is not None:
@@ -383,7 +405,7 @@ class _Facts:
                        keeps=ordered(self.keeps), forwards_with_grad=ordered(self.forwards),
                        backward=ordered(self.backward), autograd=ordered(self.autograd),
                        mode_calls=tuple(self.modes[receiver][1] for receiver in sorted(self.modes)),
-                       builds=tuple(sorted(self.builds)),
+                       builds=tuple(sorted(self.builds)), convolutions=ordered(self.convolutions),
                        returns=returns)
 
 
@@ -400,6 +422,7 @@ def _signature(summary: FunctionSummary) -> tuple:
         frozenset(where(e) for e in summary.autograd),
         frozenset((m.receiver, m.mode, where(m.effect)) for m in summary.mode_calls),
         summary.builds,
+        frozenset((c.dimension, where(c.effect)) for c in summary.convolutions),
         tuple((tuple(op.key for op in r.value), where(r.layer and r.layer.effect), r.layer and r.layer.bias,
                where(r.factory and r.factory.effect), where(r.forward)) for r in summary.returns),
     )

@@ -11,12 +11,11 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.callgraph import Resolved
-from torchlint.analysis.project import ProjectModules
-from torchlint.analysis.summaries import FunctionSummary
+from torchlint.analysis.callgraph import Resolved, Summaries
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.summaries import Effect
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.analysis.project import ProjectModules
+from torchlint.analysis.summaries import Effect, FunctionSummary, Import
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, scope_name
 from torchlint.diagnostics import Related
 
 
@@ -41,20 +40,31 @@ class Calls:
     def scope(self) -> str | None:
         """The qualified name of the function the current node is in, as the summaries name it
         (``Trainer.fit``, ``outer.inner``); None at module level."""
-        scopes = [node for node in self.ancestors[:-1] if isinstance(node, (cst.FunctionDef, cst.ClassDef))]
-        while scopes and not isinstance(scopes[-1], cst.FunctionDef):
-            scopes.pop()  # a class body runs once, as module-level code does
-        return ".".join(node.name.value for node in scopes) or None
+        return scope_name(self.ancestors[:-1])
 
     def resolve(self, call: cst.Call) -> Resolved | None:
         """The function a call calls (with how it binds the arguments), or None when unknown."""
         callee = dotted_name(call.func)
         if callee is None:
             return None
+        return self._summaries().resolve(self.path, callee, self.scope())
+
+    def runs(self, name: str | Import, scope: str | None) -> tuple[FunctionSummary, ...]:
+        """What calling ``name`` runs (a dotted text read in function ``scope``, as ``scope_name``
+        names it, or the name an import statement brings in): the transitive summaries of the
+        function, or of each ``__init__`` of a class and its bases (callgraph.Summaries.runs)."""
+        return self._summaries().runs(self.path, name, scope)
+
+    def mentions(self, word: str) -> bool:
+        """Could a call in the file reach project code that contains ``word`` (one of
+        project.WORDS)? The text-level gate before asking summaries (ProjectModules.mentions)."""
+        return self.project.mentions(self.path, word, self.source)
+
+    def _summaries(self) -> Summaries:
         if not self._used:
             self.project.use_source(self.path, self.source)
             self._used = True
-        return self.project.summaries.resolve(self.path, callee, self.scope())
+        return self.project.summaries
 
     def summary(self, call: cst.Call) -> FunctionSummary | None:
         """What one call of the function ``call`` calls does, transitively; None when unknown."""
@@ -71,18 +81,14 @@ def ast_project_mentions(index: SyntaxIndex, word: str) -> bool:
     """Could a call in the file reach project code that contains ``word`` (see
     ProjectModules.mentions)? Always True when the index knows no project: a precheck may only
     say no when it is sure."""
-    if index.project is None or index.path is None:
-        return True
-    return index.memo(("mentions", word), lambda: index.project.mentions(index.path, word, index.source))
+    return index.project_mentions(word)
 
 
 def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | None:
     """The precheck twin of ``Calls.summary``: what a call on CPython's tree does, when the index
     knows the file's project (None otherwise, and for calls of what is not the project's own)."""
-    project = index.project
     callee = ast_dotted_name(call.func)
-    if project is None or index.path is None or callee is None:
+    summaries = index.project_summaries() if callee is not None else None
+    if summaries is None:
         return None
-    if not index.memo("project-source", lambda: project.use_source(index.path, index.source, index.tree) or True):
-        return None
-    return project.summaries.resolve_call(index.path, callee, index.scope_of(call))
+    return summaries.resolve_call(index.path, callee, index.scope_of(call))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import libcst as cst
 
@@ -281,9 +281,11 @@ def mentions_cuda(source: str) -> bool:
     return bool(CUDA_MENTION.search(source))
 
 
+@lru_cache(maxsize=4)
 def may_train_on_cuda(source: str) -> bool:
     """A cheap prefilter for rules about CUDA training scripts: a training loop calls
-    ``backward`` and the file names CUDA somewhere. Never false for a file they would fire on."""
+    ``backward`` and the file names CUDA somewhere. Never false for a file they would fire on.
+    Kept for the last few texts: the whole-script rules ask it of the same text in a row."""
     return "backward" in source and mentions_cuda(source)
 
 

@@ -20,7 +20,7 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from torchlint.analysis.syntax import ast_callee, ast_dotted_name, ast_first_line
+from torchlint.analysis.syntax import ast_callee, ast_dotted_name, ast_first_line, code_text
 from torchlint.analysis.versions import at_least
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -94,6 +94,22 @@ class SyntaxIndex:
         assumed, so that a precheck allows every version-gated shape)."""
         return at_least(self.target_torch, version)
 
+    def project_summaries(self) -> Any:
+        """The summaries of the project's modules (callgraph.Summaries), with this file's text
+        among them; None when the index knows no project."""
+        if self.project is None or self.path is None:
+            return None
+        self.memo("project-source", lambda: self.project.use_source(self.path, self.source, self.tree) or True)
+        return self.project.summaries
+
+    def project_mentions(self, word: str) -> bool:
+        """Could a call in the file reach project code that contains ``word`` (see
+        ProjectModules.mentions)? Always True when the index knows no project: a precheck may only
+        say no when it is sure."""
+        if self.project is None or self.path is None:
+            return True
+        return self.memo(("mentions", word), lambda: self.project.mentions(self.path, word, self.source))
+
     def memoized(self, key: Any) -> bool:
         """Has ``memo`` computed ``key`` for this file?"""
         return key in self._memo
@@ -153,6 +169,12 @@ class SyntaxIndex:
                       if isinstance(node.value, str) and id(node) not in skipped]
             return "\n".join(words)
         return self.memo("code_words", compute)
+
+    @property
+    def code(self) -> str:
+        """The source without its comments and docstrings (syntax.code_text), as
+        ``RuleContext.code`` reads it: for prechecks that decide from the presence of a word."""
+        return self.memo("code", lambda: code_text(self.source))
 
     @property
     def imported(self) -> frozenset[str]:

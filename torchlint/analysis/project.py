@@ -34,10 +34,12 @@ from torchlint.fileio import SourceDecodeError, decode_source
 
 # The words ``mentions`` answers for: what a helper must contain to do what some rule looks for.
 WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "print(", "format(", "synchronize",
-         "float(", "add_scalar")
-# `import a.b, c as d` and `from ..a import b, c` at the start of a line (statements in blocks too)
+         "float(", "add_scalar", "Conv", "torchvision")
+# `import a.b, c as d`, `from ..a import b, c`, `from a import *` and `from a import (b,\n c)` at the
+# start of a line (statements in blocks too)
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
-                          r"[ \t]+import[ \t]+\(?(?P<names>[\w., \t]+))", re.MULTILINE)
+                          r"[ \t]+import[ \t]*(?:\((?P<grouped>[^)]*)\)|(?P<names>[\w., \t*]+)))", re.MULTILINE)
+_COMMENT = re.compile(r"#[^\n]*")
 
 
 class ProjectModules:
@@ -51,7 +53,8 @@ class ProjectModules:
         self._by_content: dict[tuple[str, str], ModuleSummary | None] = {}
         self._found: dict[tuple[str, str], str | None] = {}
         self._package_roots: dict[str, str] = {}
-        self._texts: dict[str, tuple[frozenset[str], list[tuple[str, int]]]] = {}
+        self._texts: dict[str, tuple[frozenset[str], list[tuple[str, int, str]]]] = {}
+        self._given: tuple = ("", None, None)  # the last text given to _text_index, and its index
         self._unreached: set[tuple[str, str]] = set()
         self._reached: set[tuple[str, str]] = set()  # (file, word) known to reach the word
         self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file  # (file, word): nothing the file reaches holds it
@@ -99,6 +102,7 @@ class ProjectModules:
         summary); returns their paths."""
         changed = [path for path, (_, _, stamp) in self._loaded.items() if stamp is not None and _stamp(path) != stamp]
         self._texts.clear()  # the text-level gates (``mentions``) read the files anew: cheap
+        self._given = ("", None, None)
         self._unreached.clear()
         self._reached.clear()
         self._imports.clear()
@@ -214,18 +218,26 @@ class ProjectModules:
                         self._reached.add((current, word))
                     current = parents.get(current)
                 return True
-            for module, level in imports:
+            for module, level, names in imports:
                 found = self.resolve_import(current, module, level)
-                if found is not None and found not in seen:
-                    stack.append((os.path.abspath(found), None, current))
+                targets = [found]
+                if names and (found is None or os.path.basename(found) == "__init__.py"):
+                    # `from pkg import a`: `a` may be a module of the package (a module has none)
+                    targets += [self.resolve_import(current, f"{module}.{name}" if module else name, level)
+                                for name in _taken(names)]
+                for target in targets:
+                    if target is not None and target not in seen:
+                        stack.append((os.path.abspath(target), None, current))
         # every file explored reaches only files explored: none of them reaches the word (the
         # linted text itself, given as `source`, may differ from its file: it is not remembered)
         self._unreached.update((other, word) for other in seen if other != path or source is None)
         return False
 
-    def _text_index(self, path: str, text: str | None) -> tuple[frozenset[str], list[tuple[str, int]]]:
+    def _text_index(self, path: str, text: str | None) -> tuple[frozenset[str], list[tuple[str, int, str]]]:
         """Which of ``WORDS`` a file's text holds, and the modules its import statements name (by a
-        regular expression over the text: no parse), kept per path for the text given or read."""
+        regular expression over the text: no parse), each with its level and, for a ``from``
+        import, the text of the names it takes (read only when the module is a package: see
+        ``_taken``); kept per path for the text given or read."""
         if text is None:
             cached = self._texts.get(path)
             if cached is not None:
@@ -234,19 +246,23 @@ class ProjectModules:
                 text = decode_source(Path(path).read_bytes())[0]
             except (OSError, SourceDecodeError):
                 text = ""
-        imports = []
+        elif self._given[0] == path and self._given[1] is text:
+            return self._given[2]  # the linted text, asked again for another word
+        imports: list[tuple[str, int, str]] = []
         for match in _IMPORT_TEXT.finditer(text):
-            dots, module, names = match.group("dots") or "", match.group("module") or "", match.group("names")
-            if match.group("plain"):
-                imports += [(name.strip().split(" ")[0], 0) for name in match.group("plain").split(",") if name.strip()]
-            elif module:
-                imports.append((module, len(dots)))
-                imports += [(f"{module}.{name.strip().split(' ')[0]}", len(dots)) for name in names.split(",")
-                            if name.strip() and name.strip() != "*"]
-            else:  # `from . import utils`
-                imports += [(name.strip().split(" ")[0], len(dots)) for name in names.split(",") if name.strip()]
-        result = (frozenset(word for word in WORDS if word in text), imports)
+            plain = match.group("plain")
+            if plain:
+                # `import a.b.c` binds `a`: names read through it start at the package `a`
+                for name in plain.split(","):
+                    if name.strip():
+                        module = name.split()[0]
+                        imports += [(module, 0, ""), *((parent, 0, "") for parent in _parents(module))]
+            else:
+                imports.append((match.group("module") or "", len(match.group("dots") or ""),
+                                match.group("names") or match.group("grouped")))
+        result = (frozenset(word for word in WORDS if word in text), list(dict.fromkeys(imports)))
         self._texts[path] = result
+        self._given = (path, text, result)
         return result
 
     def resolve_import(self, path: str, module: str, level: int = 0) -> str | None:
@@ -290,6 +306,17 @@ class ProjectModules:
                 found = os.path.dirname(found)
             self._package_roots[folder] = found
         return found
+
+
+def _taken(names: str) -> list[str]:
+    """The names a ``from`` import takes (``a``, ``b`` of ``(a,  # note\n b as c)``); ``*`` is none."""
+    return [name.split()[0] for name in _COMMENT.sub("", names).split(",") if name.strip() and name.strip() != "*"]
+
+
+def _parents(module: str) -> list[str]:
+    """``a`` and ``a.b`` for ``a.b.c``."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

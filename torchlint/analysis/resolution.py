@@ -7,7 +7,8 @@ base such as ``nn.Module`` is skipped, not searched); ``obj.m()`` where ``obj`` 
 the scope or at module level, to ``C(...)``, or is a parameter annotated ``C``; ``self.attr.m()``
 where C's methods assign ``self.attr`` only ``C2(...)``; a name bound once to a dotted name
 (``step = self.train_step``); an imported name (``from utils import f``, ``import utils as U``,
-``from .meters import Meter``, re-exports through a package's ``__init__``, ``from m import *``).
+``from .meters import Meter``, re-exports through a package's ``__init__``, ``from m import *``, a
+package's module ``from pkg import sub``; a module that is no package has none).
 ``C(...)`` calls ``C.__init__``; calling an instance calls its ``__call__``, else its ``forward``
 (an ``nn.Module``). Anything else, including a name bound more than once, is unresolved: None,
 never a guess. Dispatch is static: ``self.m()`` is C.m even where a subclass overrides it.
@@ -59,6 +60,7 @@ class Resolver:
 
     def clear(self) -> None:
         self._targets: dict[tuple, tuple[Target | None, frozenset[str]]] = {}
+        self._runs: dict[tuple, tuple[tuple[Target, ...], frozenset[str]]] = {}
         self._class_facts: dict[tuple, tuple[object, frozenset[str]]] = {}  # bases, attributes of classes
 
     def _module(self, path: str, consulted: set[str]) -> ModuleSummary | None:
@@ -74,6 +76,30 @@ class Resolver:
             consulted: set[str] = set()
             found = self._targets[key] = (self._callable(self._object(path, scope, callee, consulted, set()),
                                                          consulted), frozenset(consulted))
+        return found
+
+    def runs(self, path: str, scope: str | None, name: str | Import) -> tuple[tuple[Target, ...], frozenset[str]]:
+        """What calling ``name`` runs (its dotted text read in function ``scope`` of file ``path``,
+        or the name an import statement of the file brings in, whatever else the file binds to
+        it), and the files read to know: the function it calls; for a class, the ``__init__`` of
+        every class of the project in its method resolution order (``super().__init__()`` runs
+        its bases'), not only the first; nothing when unresolved."""
+        key = (path, scope, name)
+        found = self._runs.get(key)
+        if found is None:
+            consulted: set[str] = set()
+            if isinstance(name, Import):
+                value = self._import(path, name, consulted, set())
+            else:
+                value = self._object(path, scope, name, consulted, set())
+            if value is not None and value[0] == _CLASS:
+                targets = tuple(Target(class_path, f"{class_name}.__init__", True, True) for class_path, class_name
+                                in self._classes(value[1], value[2], consulted, set())
+                                if "__init__" in self.modules.summary(class_path).classes[class_name].methods)
+            else:
+                target = self._callable(value, consulted)
+                targets = () if target is None else (target,)
+            found = self._runs[key] = (targets, frozenset(consulted))
         return found
 
     def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:
@@ -154,8 +180,8 @@ class Resolver:
         base = self.modules.resolve_import(path, imported.module, imported.level)
         if base is not None:
             found = self._member((_MODULE, base), imported.name, consulted, seen)
-            if found is not None:
-                return found
+            if found is not None or os.path.basename(base) != "__init__.py":
+                return found  # a module that is no package has no modules of its own
         submodule = f"{imported.module}.{imported.name}" if imported.module else imported.name
         target = self.modules.resolve_import(path, submodule, imported.level)  # a namespace package's module
         return (_MODULE, target) if target is not None else None

@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 4
+SUMMARY_VERSION = 5
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -159,6 +159,15 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Convolution:
+    """A convolution built: an ``nn.Conv1d/2d/3d`` (transposed and lazy forms too), or a
+    ``torchvision.models`` network (2-D convolutions); ``dimension`` 1, 2 or 3."""
+
+    dimension: int
+    effect: Effect
+
+
+@dataclass(frozen=True)
 class Factory:
     """A tensor made on the CPU by ``torch.<name>(...)`` without ``device=``."""
 
@@ -263,7 +272,9 @@ class FunctionSummary:
     ``grad_mode``: "disabled" (a no-grad decorator, or the whole body under such a ``with``),
     "enabled" (``@torch.enable_grad()``) or None. ``backward``: backpropagation (a training step);
     ``autograd``: other uses (``torch.autograd.grad``, ``.requires_grad_()``, ``enable_grad``).
-    ``builds``: the ``torch.nn`` classes it constructs (``Conv2d``, ``BatchNorm2d``), by name.
+    ``builds``: the ``torch.nn`` classes it constructs (``Conv2d``, ``BatchNorm2d``), by name;
+    ``convolutions``: the convolutions it builds, one of each dimension (transitively: the one
+    reached by the shortest chain of calls).
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
     the value is ``C(...)`` ("" otherwise)."""
 
@@ -292,6 +303,7 @@ class FunctionSummary:
     calls: tuple[CallSite, ...]
     scope: Scope
     self_attributes: dict[str, str] = field(default_factory=dict)
+    convolutions: tuple[Convolution, ...] = ()
 
     @property
     def returns_parameters(self) -> tuple[Operand, ...]:

@@ -380,3 +380,12 @@ def code_text(source: str) -> str:
             last = end_col if number == end_line else len(body)
             lines[number - 1] = body[:first] + " " * (last - first) + body[last:] + line[len(body):]
     return "".join(lines)
+
+
+def scope_name(ancestors: list[cst.CSTNode]) -> str | None:
+    """The qualified name of the function a node with these ancestors (outermost first) is in, as
+    the summaries name it (``Trainer.fit``, ``outer.inner``); None at module level."""
+    scopes = [node for node in ancestors if isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+    while scopes and not isinstance(scopes[-1], cst.FunctionDef):
+        scopes.pop()  # a class body runs once, as module-level code does
+    return ".".join(node.name.value for node in scopes) or None

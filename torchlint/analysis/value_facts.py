@@ -15,11 +15,12 @@ import re
 
 from torchlint.analysis.module_index import ScopeNames, SourceLines, dotted, method_kind
 from torchlint.analysis.summaries import (
-    DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, Keep, ModeCall,
-    ModuleSummary, Operand, Sync, detached, operand, public, union,
+    DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Convolution, Effect, Keep,
+    ModeCall, ModuleSummary, Operand, Sync, detached, operand, public, union,
 )
 from torchlint.analysis.devices import TENSOR_FACTORIES
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
+from torchlint.analysis.modules import convolution_dimension
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
@@ -112,6 +113,7 @@ class WalkerState:
         self.self_attributes: dict[str, str] = {}
         self.generator = False
         self.builds: set[str] = set()
+        self.convolutions: dict[int, Convolution] = {}  # the first of each dimension
         self._parameters(node.args)
         self.grad_mode = self._decorated_grad_mode()
         if self.grad_mode == "disabled":
@@ -393,6 +395,7 @@ class ExpressionFacts(WalkerState):
             return self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
         text = dotted(func)
         qualified = self._qualify(text)
+        self._convolution(node, qualified)
         if qualified is not None and qualified.startswith("torch."):
             return self._torch_call(node, qualified, positional, keywords)
         if method is None and text in BUILTINS and text not in self.names.counts \
@@ -488,6 +491,13 @@ class ExpressionFacts(WalkerState):
             self.builds.add(layer)
             return UNKNOWN_VALUE  # a module built, not a tensor computed
         return self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
+
+    def _convolution(self, node: ast.Call, qualified: str | None) -> None:
+        """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built (the first
+        of its dimension is kept)."""
+        dimension = convolution_dimension(qualified)
+        if dimension is not None and dimension not in self.convolutions:
+            self.convolutions[dimension] = Convolution(dimension, self._effect(node))
 
     def _builtin_call(self, node: ast.Call, name: str, positional: list) -> tuple[Operand, ...]:
         if name == "print":
