@@ -2,8 +2,12 @@
 ## What it does
 
 Finds models wrapped in `torch.nn.DataParallel` (under any import alias). In a file that trains
-nothing, it says so: for inference the advice is one process per GPU (or one GPU), not DDP. In a
-script that already has a `DistributedDataParallel` path (`if args.distributed: ... else:
+nothing, it says so: for inference the advice is one process per GPU (or one GPU), not DDP; but a
+helper that hands the wrapped model to its caller (returns it, or sets it on `self`, as a training
+library's `model_to_device` does) gets the DDP advice, since the caller trains it. A network put in
+eval mode (`DataParallel(inception).eval()`, or `.eval()` on the name bound to it) in a file with no
+backward pass is not reported: evaluation code such as an FID script has no training to move to
+DDP. In a script that already has a `DistributedDataParallel` path (`if args.distributed: ... else:
 nn.DataParallel(...)`), it points to that path.
 
 ## Why is it slow
@@ -70,12 +74,13 @@ dataset inside the call, which would then be built twice), for a `DataParallel(.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
 
 from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL, dataloader_argument, is_dataloader_call
-from torchlint.analysis.syntax import find_argument, find_keyword, has_star_args
+from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, has_star_args, returns_of
 from torchlint.fixes import NodeEdit, keyword_argument, remove_arg, set_keyword
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._distributed import HELPERS_SOURCE, SAMPLER_HELPER, WRAP_HELPER
@@ -84,6 +89,8 @@ DATA_PARALLEL = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
 })
 DROPPED_KEYWORDS = {"device_ids", "output_device"}
+# what may be chained on the wrapped module before it is bound: `DataParallel(m).eval().to(device)`
+CHAINED_METHODS = frozenset({"to", "cuda", "eval", "float", "half", "requires_grad_"})
 
 
 @dataclass
@@ -93,6 +100,8 @@ class _Site:
 
     call: cst.Call
     anchor: cst.CSTNode | None
+    evaluated: bool  # put in eval mode: `DataParallel(m).eval()`, or `.eval()` on the name bound to it
+    leaves: bool  # given to the caller: returned, or set on `self`
 
 
 @dataclass
@@ -125,7 +134,7 @@ class DataParallel(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
         if qualified in DATA_PARALLEL:
-            self.sites.append(_Site(node, self._last_import_before_use()))
+            self.sites.append(self._site(node))
         elif qualified in DISTRIBUTED_DATA_PARALLEL:
             self.uses_ddp = True
         elif is_dataloader_call(node, self.ctx.bindings):
@@ -136,7 +145,14 @@ class DataParallel(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         training = bool(self.ctx.loops.training_loops) or any(loader.trains for loader in self.loaders)
         for site in self.sites:
-            if not training:
+            if site.evaluated and "backward" not in self.ctx.code:
+                continue  # a network for inference only (FID's Inception): there is no training to move to DDP
+            if not training and site.leaves:
+                # a helper that wraps the caller's model (`model_to_device`): the training is elsewhere
+                self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
+                                       "`DistributedDataParallel` even on one machine; use DDP launched by "
+                                       "torchrun, with a `DistributedSampler` for the training data")
+            elif not training:
                 self.report(site.call, "`DataParallel` here only runs the model forward (nothing in this file "
                                        "trains); for inference, run one process per GPU on its own share of the "
                                        "inputs, or one GPU, instead of scattering every batch from one process")
@@ -149,6 +165,32 @@ class DataParallel(Rule):
                                        "`DistributedDataParallel` even on one machine; use DDP launched by "
                                        "torchrun, with a `DistributedSampler` for the training data",
                             self._fix(site))
+
+    def _site(self, call: cst.Call) -> _Site:
+        """The call, with what the code does with the module it wraps: the chain of methods on it
+        (`.eval().to(device)`), the name that chain is bound to, and whether it leaves the function."""
+        ancestors = self.ctx.ancestors
+        top, position, evaluated = call, len(ancestors) - 1, False
+        while position >= 2:
+            attribute, outer = ancestors[position - 1], ancestors[position - 2]
+            if not (isinstance(attribute, cst.Attribute) and attribute.value is top and isinstance(outer, cst.Call)
+                    and outer.func is attribute and attribute.attr.value in CHAINED_METHODS):
+                break
+            evaluated |= attribute.attr.value == "eval"
+            top, position = outer, position - 2
+        parent = ancestors[position - 1]
+        bound = None
+        if isinstance(parent, cst.Assign) and parent.value is top and len(parent.targets) == 1:
+            bound = dotted_name(parent.targets[0].target)
+        if bound is not None and re.search(rf"(?<![\w.]){re.escape(bound)}\.eval\(\)", self.ctx.code):
+            evaluated = True
+        leaves = isinstance(parent, cst.Return) or (bound is not None and bound.startswith("self."))
+        if not leaves and bound is not None:
+            function = next((node for node in reversed(ancestors) if isinstance(node, cst.FunctionDef)), None)
+            leaves = function is not None and any(
+                returned.value is not None and dotted_name(returned.value) == bound
+                for returned in returns_of(function))
+        return _Site(call, self._last_import_before_use(), evaluated, leaves)
 
     def _fix(self, site: _Site):
         node = site.call
