@@ -5,7 +5,8 @@ Finds convolutional training scripts (`nn.Conv2d` or a `torchvision.models` netw
 or in the project's module it imports the model from: see `cudnn-benchmark`) that train
 on CUDA with mixed precision (autocast, a `GradScaler`, or a half/bfloat16 model) and never use the
 channels-last memory format. It reports once per script (a file with an `if __name__ ==
-"__main__":` block or a training loop outside any function), on its first training loop.
+"__main__":` block or a training loop outside any function), on its first training loop that running
+the file reaches (see `cudnn-benchmark`).
 
 ## Why is it slow
 

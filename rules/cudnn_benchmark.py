@@ -7,7 +7,10 @@ module it imports the model from) that train on CUDA and never set
 `torch.backends.cudnn.benchmark`. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function; a module that other code imports
 should not change process-wide settings), on its first training loop (a loop that calls
-`backward()`).
+`backward()`) that running the file reaches: a loop outside any function, or in a function or
+class that the reached code names (calls it, or passes it as `mp.spawn(main_worker, ...)` does),
+starting from the module's statements and its `__main__` block. A library module whose `__main__`
+block only samples does not run its `Trainer.train` loop.
 
 A model built in another module of the project counts as if the script defined it: a class or
 factory function of the project that the script calls (`UNet()`, `models.resnet20()`, a name that

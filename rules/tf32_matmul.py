@@ -6,7 +6,9 @@ half precision anywhere in the file) and never allow TensorFloat-32 matrix multi
 neither `torch.set_float32_matmul_precision("high")` nor `torch.backends.cuda.matmul.allow_tf32 = True`
 (nor the newer `fp32_precision` settings). It reports once per script (a file with an
 `if __name__ == "__main__":` block or a training loop outside any function: process-wide settings
-belong in the program, not in modules that other code imports), on its first training loop.
+belong in the program, not in modules that other code imports), on its first training loop that running
+the file reaches (a loop in a class or function that the script never names, such as a library
+`Trainer` beside a `__main__` block that only samples, is not the script's).
 The file's code decides, never its comments or docstrings: a docstring that plans mixed precision
 silences nothing.
 

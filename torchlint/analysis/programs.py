@@ -14,6 +14,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
 from torchlint.analysis.syntax import dotted_name, is_main_guard
+from torchlint.analysis.walk import walk
 
 
 class Programs:
@@ -53,12 +54,70 @@ class Programs:
         return top_level(self.module.body)
 
     def cuda_training_script(self) -> cst.CSTNode | None:
-        """The first training loop of a script (see ``is_script``) that names CUDA: where rules
-        about a whole training run (its precision, its process-wide settings) report."""
+        """The first training loop of a script (see ``is_script``) that names CUDA and that the
+        script runs (see ``runs``): where rules about a whole training run (its precision, its
+        process-wide settings) report."""
         loops = self.loops.training_loops
         if loops and self.is_script and mentions_cuda(self._code()):
-            return loops[0]
+            return next((loop for loop in loops if self.runs(loop)), None)
         return None
+
+    def runs(self, loop: cst.CSTNode) -> bool:
+        """Can running the file as a program reach this loop? Code outside any function can; code
+        in a function or class only when the file names it (calls it, passes it as
+        ``mp.spawn(main_worker)`` does, or names one of its methods) from code that is reached,
+        starting from the module's own statements and the ``__main__`` block. A library module's
+        ``Trainer.train`` loop is not run by a ``__main__`` block that only samples. Names are
+        matched by their text, so a name written anywhere that is reached counts: in doubt, reached."""
+        reached, enclosing = self._reached_definitions
+        return all(scope in reached for scope in enclosing.get(id(loop), ()))
+
+    @cached_property
+    def _reached_definitions(self) -> tuple[frozenset[int], dict[int, tuple[int, ...]]]:
+        """The functions and classes (by id) that running the file reaches (see ``runs``), and the
+        definitions around each loop."""
+        names: dict[int, set[str]] = {0: set()}  # what each definition's own code names (0: the module's)
+        definitions: list[tuple[cst.CSTNode, int, int | None]] = []  # (definition, its scope, its class)
+        enclosing: dict[int, tuple[int, ...]] = {}
+        stack: list[int] = [0]
+        classes: list[int | None] = [None]
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if isinstance(node, LOOPS):
+                enclosing[id(node)] = tuple(stack[1:])
+            elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                owner = stack[-1] if isinstance(node, cst.FunctionDef) and classes[-1] == stack[-1] else None
+                definitions.append((node, stack[-1], owner))
+                names[id(node)] = set()
+                for decorator in node.decorators:  # a decorator runs where the definition does
+                    names[stack[-1]].update(_identifiers(decorator))
+                stack.append(id(node))
+                classes.append(id(node) if isinstance(node, cst.ClassDef) else None)
+            elif isinstance(node, cst.Name):
+                names[stack[-1]].add(node.value)
+            return True
+
+        def on_leave(node: cst.CSTNode) -> None:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                stack.pop()
+                classes.pop()
+
+        walk(self.module, on_visit, on_leave)
+        reached_names = set(names[0])
+        reached: set[int] = {0}
+        changed = True
+        while changed:
+            changed = False
+            for definition, scope, owner in definitions:
+                if id(definition) in reached or scope not in reached:
+                    continue
+                name = definition.name.value
+                method_runs = owner is not None and name.startswith("__") and name.endswith("__")
+                if name in reached_names or method_runs:
+                    reached.add(id(definition))
+                    reached_names |= names[id(definition)]
+                    changed = True
+        return frozenset(reached), enclosing
 
     @cached_property
     def _test_file(self) -> bool:
@@ -86,6 +145,12 @@ class Programs:
         code = self._code()
         return len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\(", code)) > len(
             re.findall(rf"\bdef\s+{re.escape(name)}\s*\(", code))
+
+
+def _identifiers(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+    walk(node, lambda child: found.add(child.value) if isinstance(child, cst.Name) else None)
+    return found
 
 
 def is_test_file(path: str, root: Path | None) -> bool:
