@@ -93,26 +93,68 @@ def _is_visible(kind: type) -> bool:
 
 
 def forget_children() -> None:
-    """Drop what ``children`` remembers (after a file: its nodes may then be freed)."""
+    """Drop what ``children`` and ``walk`` remember (after a file: its nodes may then be freed)."""
     _children.clear()
+    _where.clear()
+
+
+# Where each walked node sits in the flat, source-ordered list of its tree: id -> (nodes, ends, index),
+# with ``ends[i]`` the index just past the subtree of ``nodes[i]``. A file's tree is walked fifteen
+# times and more; flattening it once makes each walk a loop over a list.
+_where: dict[int, tuple[list[cst.CSTNode], list[int], int]] = {}
+
+
+def _flatten(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
+    """The subtree of ``root`` in source order (as ``children`` gives it), each node with the end of
+    its own subtree; every node is remembered with its place (the list keeps the nodes alive, so
+    their ids are not reused while remembered)."""
+    nodes: list[cst.CSTNode] = []
+    ends: list[int] = []
+    stack: list = [root]
+    pop, push, append, mark = stack.pop, stack.append, nodes.append, ends.append
+    while stack:
+        item = pop()
+        if type(item) is int:
+            ends[item] = len(nodes)  # the subtree that starts at `item` ends here
+            continue
+        push(len(nodes))
+        append(item)
+        mark(0)
+        for child in reversed(children(item)):
+            push(child)
+    if len(_where) >= MAX_REMEMBERED:
+        _where.clear()
+    _where.update(zip(map(id, nodes), ((nodes, ends, index) for index in range(len(nodes)))))
+    return nodes, ends, 0
+
+
+def _flat(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
+    entry = _where.get(id(root))
+    if entry is not None and entry[0][entry[2]] is root:
+        return entry
+    return _flatten(root)
 
 
 def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
          on_leave: Callable[[cst.CSTNode], None] | None = None) -> None:
     """Depth-first, source order; ``on_visit`` returning False skips the node's children."""
-    stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, leaving = pop()
-        if leaving:
-            on_leave(node)
-            continue
+    nodes, ends, index = _flat(root)
+    stop = ends[index]
+    if on_leave is None:
+        while index < stop:
+            index = index + 1 if on_visit(nodes[index]) is not False else ends[index]
+        return
+    pending: list[tuple[int, cst.CSTNode]] = []  # nodes to leave, each with the end of its subtree
+    while index < stop:
+        while pending and pending[-1][0] <= index:
+            on_leave(pending.pop()[1])
+        node = nodes[index]
         descend = on_visit(node)
-        if on_leave is not None:
-            push((node, True))
-        if descend is not False:
-            for child in reversed(children(node)):
-                push((child, False))
+        end = ends[index]
+        pending.append((end, node))
+        index = index + 1 if descend is not False else end
+    while pending:
+        on_leave(pending.pop()[1])
 
 
 def visit(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
