@@ -56,11 +56,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import ast_mentions
+from torchlint.analysis.losses import ast_may_be_given
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
-
-LOSS_NAMES = ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "BCELoss", "binary_cross_entropy")
 
 
 class BceLogitsMismatch(Rule):
@@ -77,7 +75,8 @@ class BceLogitsMismatch(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_mentions(index, *LOSS_NAMES)
+        # a double sigmoid needs a sigmoid, a BCELoss given logits needs a layer that makes them
+        return ast_may_be_given(index, ["bce_with_logits"], ["sigmoid"]) or ast_may_be_given(index, ["bce"], ["logits"])
 
     def __init__(self, ctx):
         super().__init__(ctx)

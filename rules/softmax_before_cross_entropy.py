@@ -65,11 +65,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.losses import Activation, ast_mentions
+from torchlint.analysis.losses import Activation, ast_may_be_given
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
-
-ACTIVATION_NAMES = ("softmax", "log_softmax", "Softmax", "LogSoftmax", "sigmoid", "Sigmoid", "expit")
 
 
 class SoftmaxBeforeCrossEntropy(Rule):
@@ -87,7 +85,7 @@ class SoftmaxBeforeCrossEntropy(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_mentions(index, "cross_entropy", "CrossEntropyLoss") and ast_mentions(index, *ACTIVATION_NAMES)
+        return ast_may_be_given(index, ["cross_entropy"], ["softmax", "log_softmax", "sigmoid"])
 
     def __init__(self, ctx):
         super().__init__(ctx)

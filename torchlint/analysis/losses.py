@@ -13,6 +13,7 @@ unpacks). Where any path is unknown, or two paths disagree, the answer is None.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -345,9 +346,62 @@ def _one_kind(found: list[Activation | None]) -> Activation | None:
 
 # --- the precheck's questions ------------------------------------------------------------------------
 
-def ast_mentions(index: SyntaxIndex, *names: str) -> bool:
-    """Is one of ``names`` written as a name or an attribute in the file (``F.cross_entropy``,
-    ``CrossEntropyLoss``), aliases followed?"""
-    wanted = index.names(names)
-    return any(node.id in wanted for node in index.nodes(ast.Name)) or \
-        any(node.attr in wanted for node in index.nodes(ast.Attribute))
+def _last_part(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+# What a call that starts each answer of ``Losses.activation`` ends in, by kind (from the tables above:
+# a log-softmax may also be written as the log of a softmax).
+PRODUCERS: dict[str, frozenset[str]] = {
+    kind: frozenset({_last_part(name) for name, of in (*ACTIVATION_FUNCTIONS.items(), *ACTIVATION_LAYERS.items(),
+                                                        *ACTIVATION_METHODS.items()) if of in kinds})
+    for kind, kinds in (("softmax", {"softmax"}), ("log_softmax", {"log_softmax", "softmax"}),
+                        ("sigmoid", {"sigmoid"}))}
+PRODUCERS["logits"] = frozenset(_last_part(name) for name in LOGIT_LAYERS | LOGIT_FUNCTIONS)
+
+
+def ast_may_be_given(index: SyntaxIndex, losses: Iterable[str], activations: Iterable[str]) -> bool:
+    """The precheck twin of ``Losses.given``: could a loss of one of the ``losses`` kinds be given a
+    value that went through one of the ``activations`` kinds? Every answer starts at a call that
+    produces the activation, and at a loss that is called with something other than a parameter
+    of the function around it (``F.cross_entropy(input, target)`` in a library's own wrapper is
+    unknown), or is built or kept under a name (a criterion, ``loss_fn = F.cross_entropy``)."""
+    if not index.calls(*{name for kind in activations for name in PRODUCERS[kind]}):
+        return False
+    functions = {_last_part(name) for kind in losses for name in LOSSES[kind][0]}
+    classes = {_last_part(name) for kind in losses for name in LOSSES[kind][1]}
+    if index.calls(*classes):
+        return True
+    wanted = index.names(functions | classes)
+    for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
+        if node.value is not None and _names_uncalled(node.value, wanted):
+            return True  # the function kept under a name (`loss_fn = F.cross_entropy if a else ...`)
+    return any(not _a_parameter(index, call) for call in index.calls(*functions))
+
+
+def _names_uncalled(value: ast.AST, wanted: frozenset[str]) -> bool:
+    """Does ``value`` name one of ``wanted`` other than as what a call calls?"""
+    called = {id(node.func) for node in ast.walk(value) if isinstance(node, ast.Call)}
+    return any(id(node) not in called and (isinstance(node, ast.Name) and node.id in wanted
+                                           or isinstance(node, ast.Attribute) and node.attr in wanted)
+               for node in ast.walk(value))
+
+
+def _a_parameter(index: SyntaxIndex, call: ast.Call) -> bool:
+    """Is the call's input (its first argument or ``input=``) a parameter of the function or lambda
+    around it that the function never binds again? Then ``Losses.activation`` cannot know it."""
+    value = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "input"), None)
+    if not isinstance(value, ast.Name):
+        return False
+    around = [node for node in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+              if node.lineno <= call.lineno and call.end_lineno <= node.end_lineno]
+    if not around:
+        return False
+    function = max(around, key=lambda node: (node.lineno, node.col_offset))
+    arguments = function.args
+    parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                  *filter(None, (arguments.vararg, arguments.kwarg)))}
+    if value.id not in parameters:
+        return False
+    return not any(isinstance(node, ast.Name) and node.id == value.id and isinstance(node.ctx, ast.Store)
+                   for node in ast.walk(function))
