@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import libcst as cst
 
@@ -32,6 +33,14 @@ def amp_migration(qualified: str | None) -> dict | None:
         if qualified in row["old"]:
             return row
     return None
+
+
+@lru_cache(maxsize=1)
+def old_last_parts() -> frozenset[str]:
+    """The last parts of the old AMP spellings (``autocast``, ``GradScaler``): what a precheck
+    looks for before asking ``amp_migration``."""
+    return frozenset(old.rsplit(".", 1)[-1] for row in data_table("amp_migrations.yaml")["old_namespace"]
+                     for old in row["old"])
 
 
 def amp_replacement(row: dict, target: tuple[int, ...]) -> str | None:

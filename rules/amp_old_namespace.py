@@ -84,12 +84,14 @@ deprecation warnings start in torch 2.4.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.analysis.syntax import dotted_name, positional_args
 from torchlint.fixes import as_keyword, import_reference, insert_arg, keyword_argument
-from torchlint.rule import Rule
-from torchlint.rules._amp import amp_migration, amp_replacement
+from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._amp import amp_migration, amp_replacement, old_last_parts
 
 # Where a bare reference to an old spelling is about to be called later (`partial(autocast, ...)`,
 # `ctx = autocast if amp else nullcontext`); other places (annotations, isinstance, lists compared
@@ -106,6 +108,15 @@ class AmpOldNamespace(Rule):
     fix_applicability = "safe"
     triggers = ("cuda.amp", "cpu.amp", "import amp")
     torch_versions = ">=1.10"
+
+    @classmethod
+    def precheck(cls, index: SyntaxIndex) -> bool:
+        # a name or attribute that the imports make an old spelling (every finding is one)
+        last = index.names(old_last_parts())
+        return any(amp_migration(name) is not None
+                   for node in (*(n for n in index.nodes(ast.Attribute) if n.attr in last),
+                                *(n for n in index.nodes(ast.Name) if n.id in last))
+                   for name in index.qualified_names(node))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -4,6 +4,7 @@ prechecks gives exactly what linting without them gives, on every fixture and re
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,23 @@ def test_precheck_passes_the_shape(source, code):
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)
+
+
+# --- text prefilters that check word boundaries in Python ------------------------------------------------
+
+WORD_TEXTS = ["cuda", "x.cuda()", "torch.cuda.amp", "cudart", "_cuda", "cuda_", "use_cuda=1", "# cuda\n", "CUDA",
+              "load(f)", "torch.load (f)", "download(url)", "payload(x)", "_load(", "load\n(", "x.load(",
+              "xbfloat16", "bfloat16", "float16x", "_fp16", "fp16", "amp.initialize(", "torch.autocast(",
+              "autocast_mode", "x.half()", "MyGradScaler", "afloat16", " bf16 ", "bf16_", ""]
+
+
+@pytest.mark.parametrize("text", WORD_TEXTS)
+def test_word_prefilters_answer_as_their_word_boundary_regexes(text):
+    from torchlint.analysis.devices import mentions_cuda, uses_reduced_precision
+    from torchlint.rules.load_weights_only import LoadWeightsOnly
+
+    reduced = re.compile(r"\bautocast\b|GradScaler|\bfloat16\b|\bbfloat16\b|\.half\(\)|\bbf16\b|\bfp16\b"
+                         r"|\bamp\.initialize\b")
+    assert mentions_cuda(text) == bool(re.search(r"\bcuda\b", text))
+    assert uses_reduced_precision(text) == bool(reduced.search(text))
+    assert LoadWeightsOnly.applies(text) == bool(re.search(r"\bload\s*\(", text))

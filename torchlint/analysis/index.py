@@ -199,6 +199,35 @@ class SyntaxIndex:
             return frozenset(names)
         return self.memo(("imported_from", package), compute)
 
+    @property
+    def import_aliases(self) -> dict[str, frozenset[str]]:
+        """The precheck twin of ``bindings.Imports``: local name -> every qualified name an import
+        statement anywhere in the file gives it (``Imports`` keeps the last one)."""
+        def compute() -> dict[str, frozenset[str]]:
+            found: dict[str, set[str]] = {}
+            for node in self.nodes(ast.Import):
+                for alias in node.names:
+                    local = alias.asname or alias.name.partition(".")[0]
+                    found.setdefault(local, set()).add(alias.name if alias.asname else local)
+            for node in self.nodes(ast.ImportFrom):
+                if node.level or not node.module:
+                    continue
+                for alias in node.names:
+                    if alias.name != "*":
+                        found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
+            return {local: frozenset(names) for local, names in found.items()}
+        return self.memo("import_aliases", compute)
+
+    def qualified_names(self, expr: ast.AST) -> frozenset[str]:
+        """The precheck twin of ``Bindings.qualified_name``: what a dotted name may name through the
+        file's imports (``amp.autocast`` after ``from torch.cuda import amp``); empty when nothing
+        imported starts it."""
+        name = ast_dotted_name(expr)
+        if name is None:
+            return frozenset()
+        head, dot, rest = name.partition(".")
+        return frozenset(target + dot + rest for target in self.import_aliases.get(head, ()))
+
     def may_be_imported(self, func: ast.AST) -> bool:
         """Can ``func`` (``torch.profiler.profile``, ``profile``) name something an import brought,
         as ``Bindings.qualified_name`` requires? Not ``self.profiler.profile``."""

@@ -382,6 +382,26 @@ def code_text(source: str) -> str:
     return "".join(lines)
 
 
+def whole_word(text: str, start: int, end: int) -> bool:
+    """Is ``text[start:end]`` a word of its own (no letter, digit or ``_`` on either side)? What
+    ``\b`` checks, for text prefilters that find a word with ``str.find`` or a regex that starts
+    with a literal: a regex that opens with ``\b`` tries every position of the text, ten to thirty
+    times slower on large files."""
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    return not (before.isalnum() or before == "_" or after.isalnum() or after == "_")
+
+
+def has_word(text: str, word: str) -> bool:
+    """``re.search(rf"\b{word}\b", text)``, for a word that starts and ends with a word character."""
+    start = text.find(word)
+    while start != -1:
+        if whole_word(text, start, start + len(word)):
+            return True
+        start = text.find(word, start + 1)
+    return False
+
+
 def scope_name(ancestors: list[cst.CSTNode]) -> str | None:
     """The qualified name of the function a node with these ancestors (outermost first) is in, as
     the summaries name it (``Trainer.fit``, ``outer.inner``); None at module level."""
