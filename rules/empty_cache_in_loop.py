@@ -77,7 +77,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
-from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_loop_lines, ast_training_loop_lines,
+from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines,
                                      calls_model, is_periodic_test, iterated_name)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.fixes import removal_edit
@@ -127,8 +127,9 @@ class EmptyCacheInLoop(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        loops = ast_loop_lines(index)
-        if any(loops[call.lineno] for call in index.calls("empty_cache")):
+        # a call in a loop over batches (the loop around it is one, so its lines are)
+        cleared = index.calls("empty_cache")
+        if cleared and any(ast_batch_loop_lines(index)[call.lineno] for call in cleared):
             return True
         if not ast_project_mentions(index, "empty_cache"):
             return False  # no code the file reaches empties the cache

@@ -87,6 +87,29 @@ MOVE_CALL = re.compile(r"\.\s*(?:to|cuda)\s*\(")
 # A value computed from the process's rank: under DDP each rank holds its own.
 PER_RANK = re.compile(r"rank", re.IGNORECASE)
 
+
+def _ast_tensor_origin(index: SyntaxIndex, init: ast.AST, expr: ast.AST, depth: int) -> bool:
+    """The precheck twin of ``_tensor_origin``: could the moved value come from a torch function
+    (``torch.tril(...)``, through methods and indexing, or a name ``__init__`` assigns)? Not a
+    module (``nn.Linear(...).to(device)``, ``SkipModule().cuda()``) nor a parameter of ``__init__``."""
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Call):
+        for name in index.qualified_names(expr.func):
+            function = name[len("torch."):] if name.startswith("torch.") else ""
+            if function.isidentifier() and function.islower() and function not in NOT_TENSORS:
+                return True
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr not in ("to", "cuda", "cpu"):
+            return _ast_tensor_origin(index, init, expr.func.value, depth + 1)
+        return False
+    if isinstance(expr, ast.Subscript):
+        return _ast_tensor_origin(index, init, expr.value, depth + 1)
+    if isinstance(expr, ast.Name):  # a name the function binds (its values are not followed here)
+        return any(isinstance(node, ast.Name) and node.id == expr.id and isinstance(node.ctx, ast.Store)
+                   for node in ast.walk(init))
+    return False
+
+
 class RegisterBuffer(Rule):
     code = "TL205"
     name = "register-buffer"
@@ -107,18 +130,18 @@ class RegisterBuffer(Rule):
         modules = [node for node in index.nodes(ast.ClassDef) if node.name in classes or (  # see _is_module
             node.bases and any(isinstance(f, AST_FUNCTIONS) and f.name == "forward" for f in node.body)
             and "object" not in {ast_dotted_name(base) for base in node.bases})]
-        inits = index.lines(f for cls in modules for f in cls.body if isinstance(f, AST_FUNCTIONS)
-                            and f.name == "__init__")
         factories = index.names(name.rsplit(".", 1)[1] for name in TENSOR_FACTORIES)
-        for node in index.nodes(ast.Assign):
-            value = node.value
-            if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and inits[node.lineno]
-                    and isinstance(value, ast.Call)):
-                continue
-            device = ast_find_keyword(value, "device")
-            if ast_may_move(index, value) or ast_callee(value) in factories and device is not None \
-                    and not ast_is_literal(device.value, None):
-                return True
+        for init in (f for cls in modules for f in cls.body if isinstance(f, AST_FUNCTIONS) and f.name == "__init__"):
+            for node in ast.walk(init):
+                if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Attribute) and isinstance(node.value, ast.Call)):
+                    continue
+                value = node.value
+                device = ast_find_keyword(value, "device")
+                if ast_callee(value) in factories and device is not None and not ast_is_literal(device.value, None):
+                    return True
+                if ast_may_move(index, value) and _ast_tensor_origin(index, init, value.func.value, 0):
+                    return True
         return False
 
     def visit_Assign(self, node: cst.Assign) -> None:

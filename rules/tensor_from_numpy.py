@@ -67,7 +67,7 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.syntax import ast_callee, find_argument, find_keyword, is_literal, method_call, positional_args
+from torchlint.analysis.syntax import find_argument, find_keyword, is_literal, method_call, positional_args
 from torchlint.rule import Rule, SyntaxIndex
 
 # NumPy functions that return a new array (never a view of their argument, never a scalar).
@@ -83,8 +83,6 @@ RANDOM_SIZE = {"rand": 0, "randn": 0, "random": 0, "random_sample": 0, "normal":
 ARRAY_METHODS = frozenset({"numpy", "to_numpy"})
 # ndarray methods that return an array: a copy (astype, copy, flatten) or a view (the others).
 ARRAY_TO_ARRAY = ("astype", "copy", "flatten", "reshape", "transpose", "squeeze", "ravel", "swapaxes")
-# The last part of every callee _array_kind reads as making an array (the precheck's test).
-ARRAY_CALLEES = frozenset(FRESH_ARRAYS | SHARED_ARRAYS | set(RANDOM_SIZE) | ARRAY_METHODS | set(ARRAY_TO_ARRAY))
 
 
 class TensorFromNumpy(Rule):
@@ -103,10 +101,14 @@ class TensorFromNumpy(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         # `torch.tensor(<an array>)`, or of a name the file assigns an array to (see _array_kind)
-        arrays = index.names(ARRAY_CALLEES)
-
         def array(expr) -> bool:
-            return isinstance(expr, ast.Call) and ast_callee(expr) in arrays
+            # as _array_kind reads a call: an array method (on any receiver), or NumPy's function
+            if not isinstance(expr, ast.Call):
+                return False
+            func = expr.func
+            if isinstance(func, ast.Attribute) and func.attr in ARRAY_METHODS | set(ARRAY_TO_ARRAY):
+                return True
+            return any(name.startswith("numpy.") for name in index.qualified_names(func))
 
         named = {target.id for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr) if array(node.value)
                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])

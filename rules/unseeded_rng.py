@@ -73,6 +73,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.flow import function_of_call, path_to
+from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.syntax import bare_call, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -109,7 +110,8 @@ class UnseededRng(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(index.calls("manual_seed", "manual_seed_all")) and bool(index.calls("backward"))
+        # leave_Module needs a training loop (see Loops.training_loops)
+        return bool(index.calls("manual_seed", "manual_seed_all")) and any(ast_training_loop_lines(index))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if self.ctx.programs.in_test_code() or not self.ctx.loops.training_loops:

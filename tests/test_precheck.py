@@ -43,7 +43,7 @@ def prechecked(source: str) -> set[str]:
 
 @pytest.mark.parametrize("source, code", [
     # a name imported under an alias is still the name
-    ("from torch import tensor as T\nx = T(np.ones(3))\n", "TL204"),
+    ("import numpy as np\nfrom torch import tensor as T\nx = T(np.ones(3))\n", "TL204"),
     ("from torch.nn import Parameter as P\nw = P(torch.randn(3)).cuda()\n", "TL102"),
     ("from torch.nn import Conv2d as C, BatchNorm2d as B\nm = nn.Sequential(C(1, 2, 3), B(2))\n", "TL401"),
     # a class derived from a LightningModule through another class of the file
@@ -60,7 +60,7 @@ def prechecked(source: str) -> set[str]:
     ("from torch import float16 as half\nx = torch.zeros(3).to(d, half)\n", "TL201"),
     ("x = x.cpu()\nx = x.cuda()\n", "TL202"),
     ("y = x.to('cpu').float().to(device)\n", "TL202"),
-    ("a = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
+    ("import numpy as np\na = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
     ("from numpy import zeros as z\nt = torch.tensor(z(3))\n", "TL204"),
 ])
 def test_precheck_passes_the_shape(source, code):
@@ -69,6 +69,7 @@ def test_precheck_passes_the_shape(source, code):
 
 @pytest.mark.parametrize("source, code", [
     ("x = torch.tensor([1, 2], dtype=torch.float32)\n", "TL204"),  # keywords: not the pattern
+    ("import torch\na = torch.arange(3)\nt = torch.tensor(a)\n", "TL204"),  # torch's arange, not NumPy's
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
