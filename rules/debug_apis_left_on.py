@@ -76,7 +76,9 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, ast_is_literal, dotted_name,
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
+from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_has_star_args, ast_is_literal, dotted_name,
                                        find_argument, find_keyword, is_literal, is_main_guard, positional_args)
 from torchlint.fixes import removal_edit, statement_edit
 from torchlint.rule import Rule, SyntaxIndex
@@ -115,7 +117,8 @@ class DebugApisLeftOn(Rule):
         # (a `with set_detect_anomaly(...)` is on only with a literal True: the loop above)
         names = {name.rsplit(".", 1)[1] for name in ANOMALY_CONTEXT | PROFILERS}
         return any(index.is_call(item.context_expr, *names) and index.may_be_imported(item.context_expr.func)
-                   and _ast_may_be_on(item.context_expr)
+                   and _ast_may_be_on(item.context_expr) and not _ast_scheduled(item.context_expr)
+                   and _ast_near_backward(index, node)
                    for node in index.nodes(ast.With, ast.AsyncWith) for item in node.items)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -207,6 +210,26 @@ class DebugApisLeftOn(Rule):
             body[0] = body[0].with_changes(leading_lines=[
                 cst.EmptyLine(comment=header.comment), *body[0].leading_lines])
         return statement_edit(self.ctx, node, body)
+
+
+def _ast_scheduled(call: ast.Call) -> bool:
+    """A profiler given a ``schedule=`` (it records only the steps the schedule picks)."""
+    return ast_callee(call) != "detect_anomaly" and ast_find_keyword(call, "schedule") is not None
+
+
+def _ast_near_backward(index: SyntaxIndex, node: ast.AST) -> bool:
+    """The precheck twin of ``_near_backward``, judged on the function around the ``with`` (the
+    module at its top level), which holds both scopes the rule reads: a backward call in it, the
+    ``with`` inside a training loop, or a Lightning fit or ``training_step`` in its text."""
+    if ast_training_loop_lines(index)[node.lineno]:
+        return True
+    around = [f for f in index.nodes(*AST_FUNCTIONS) if f.lineno <= node.lineno <= f.end_lineno]
+    first, last = (span(min(around, key=lambda f: f.end_lineno - f.lineno)) if around
+                   else (1, len(index.source.splitlines()) + 1))
+    if any(first <= call.lineno <= last for call in index.calls(*BACKWARD_CALLEES)):
+        return True
+    text = "\n".join(index.source.splitlines()[first - 1:last])
+    return ".fit(" in text or "training_step" in text
 
 
 def _ast_may_be_on(call: ast.Call) -> bool:

@@ -89,6 +89,7 @@ class ForwardCall(Rule):
     code = "TL506"
     name = "forward-call"
     kind = "correctness"
+    quiet_in_tests = True  # tests call forward directly on purpose (to test it without hooks)
     summary = "`module.forward(x)` instead of `module(x)`: the module's hooks (FSDP2, pruning, compile) are skipped"
     fix_applicability = "unsafe"
 
@@ -108,9 +109,17 @@ class ForwardCall(Rule):
         classes = ast_module_classes(index)
         lines = index.lines(node for node in index.nodes(ast.ClassDef) if node.name in classes)
         named = bool(classes or index.imported_from("torch"))
+        # a module is provable only from an assignment of a call to the receiver (`model = Net()`,
+        # `self.encoder = nn.Linear(...)`): a parameter, or `self.module = module`, is not one
+        built = {ast_dotted_name(target) for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr)
+                 if isinstance(node.value, ast.Call)
+                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])}
         for call in calls:
-            root = (ast_dotted_name(call.func.value) or "").partition(".")[0]
-            if root == "self" and lines[call.lineno] or root != "self" and named:
+            receiver = call.func.value
+            receiver = receiver.value if isinstance(receiver, ast.Subscript) else receiver  # `self.blocks[i]`
+            name = ast_dotted_name(receiver) or ""
+            root = name.partition(".")[0]
+            if name in built and (root == "self" and lines[call.lineno] or root != "self" and named):
                 return True
         return False
 
@@ -119,8 +128,6 @@ class ForwardCall(Rule):
         if not isinstance(func, cst.Attribute) or func.attr.value != "forward" or self._defines_call:
             return
         receiver = func.value
-        if self.ctx.programs.in_test_code():
-            return  # tests call forward directly on purpose (to test it without hooks)
         if not self.ctx.modules.is_module_here(receiver, self.ctx.enclosing(cst.ClassDef, cst.FunctionDef)):
             return
         written = self.ctx.code_for(receiver)

@@ -63,6 +63,10 @@ class Rule:
     # that `applies` rejects still reaches the rule when a module it imports contains one of them.
     reaches: ClassVar[tuple[str, ...]] = ()
     default_enabled: ClassVar[bool] = True
+    # Findings in test code (Programs.in_test_code) are dropped for performance advice, and for a
+    # rule that sets this: code that tests do on purpose (calling `forward` directly, building an
+    # FSDP1 model, an optimizer stepped without zero_grad). A test file is then not checked at all.
+    quiet_in_tests: ClassVar[bool] = False
     # option name -> (type, default, description); read with self.option(name)
     options: ClassVar[dict[str, tuple[type, Any, str]]] = {}
     # What the docs' "Example" and "Use instead" blocks may take for granted: the test that lints
@@ -80,11 +84,16 @@ class Rule:
     def report(self, node: cst.CSTNode, message: str, fix: FixSpec | None = None,
                severity: Severity | None = None, related: tuple[Related, ...] = ()) -> None:
         """Report a finding at ``node``. Performance advice is dropped in test code (a test's speed
-        is not the point; see Programs.in_test_code): correctness, deprecation and migration
-        findings stand there too."""
-        if self.kind == "performance" and self.ctx.programs.in_test_code():
+        is not the point; see Programs.in_test_code), and so is every finding of a rule that is
+        ``quiet_in_tests``: other correctness, deprecation and migration findings stand there too."""
+        if self.silent_in_test_code() and self.ctx.programs.in_test_code():
             return
         self.ctx.reports.append(Report(self, node, message, fix, severity, related))
+
+    @classmethod
+    def silent_in_test_code(cls) -> bool:
+        """Are all the rule's findings dropped in test code (see ``report``)?"""
+        return cls.kind == "performance" or cls.quiet_in_tests
 
     def fix(self, title: str, *edits: NodeEdit, applicability: str | None = None) -> FixSpec:
         """A fix made of the given edits (``self.replace(node, new)``...)."""
