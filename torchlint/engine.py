@@ -283,7 +283,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     tree, refused = _python_tree(source, path)
     if refused is not None:
         return [refused]
-    first_lines = None
+    statement_lines = None
     if tree is not None:
         candidates = _prechecked(candidates, tree, source, settings, path, crashes)
         if not candidates:
@@ -297,7 +297,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
             return [_cpython_error(path, error)]
         return [_not_analysed(path, size, limit, "only its syntax was checked")]
     if tree is not None:
-        first_lines = _statement_lines(tree)
+        statement_lines = _statement_lines(tree)
     del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
         module = parse_module(source)
@@ -314,7 +314,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         if not ctx.reports:
             return []
         _apply_guards(module, ctx.reports)
-        diagnostics = resolve_reports(ctx, module, source, first_lines)
+        diagnostics = resolve_reports(ctx, module, source, statement_lines)
     except RecursionError:  # a shape the depth check does not see (`a and b and ...`, "a" "b" ...)
         return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "
                                    "or exclude the file")]
@@ -377,9 +377,23 @@ def _apply_guards(module: cst.Module, reports: list[Report]) -> None:
 
 
 def _statement_lines(tree: ast.Module) -> list[int]:
-    """The line where each of the module's statements starts in CPython's tree (its first
-    decorator's, for a decorated one)."""
-    return [ast_first_line(node) for node in tree.body]
+    """The line where each statement starts in CPython's tree (its first decorator's, for a
+    decorated one), every statement in the order of the text: a compound statement before the
+    statements of its blocks (positions.py pairs them with LibCST's)."""
+    found: list[int] = []
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
+        found.append(ast_first_line(node))
+        inner: list[ast.stmt] = list(getattr(node, "body", ()))
+        for handler in getattr(node, "handlers", ()):
+            inner += handler.body
+        inner += getattr(node, "orelse", ())
+        inner += getattr(node, "finalbody", ())
+        for case in getattr(node, "cases", ()):
+            inner += case.body
+        stack.extend(reversed(inner))
+    return found
 
 
 @dataclass

@@ -1,26 +1,31 @@
 """Positions: where the nodes a rule reported or edited are in the text, and the text edits a
-fix's node edits become. LibCST computes positions by rendering the module, so only the module
-statements that hold a reported or edited node are rendered, each from the line CPython's tree
-gives it (the whole module is the fallback)."""
+fix's node edits become. LibCST computes positions by rendering the module, so only the innermost
+statement that holds each reported or edited node is rendered, from the line CPython's tree gives
+it and with its block's indentation (the whole module is the fallback)."""
 
 from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from torchlint.analysis.walk import visit, walk
+from torchlint.analysis.walk import flat, visit
 from torchlint.context import RuleContext
 from torchlint.diagnostics import Diagnostic, Edit, Fix, SourceText
 from torchlint.fixes import NodeEdit
 
 
-def resolve_reports(ctx: RuleContext, module: cst.Module, source: str, first_lines: list[int] | None) -> list[Diagnostic]:
+def resolve_reports(ctx: RuleContext, module: cst.Module, source: str,
+                    statement_lines: list[int] | None) -> list[Diagnostic]:
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
     text = SourceText(source)
     wanted = {id(r.node) for r in ctx.reports} | {id(e.node) for r in ctx.reports if r.fix for e in r.fix.edits}
-    positions = first_lines is not None and _positions_by_statement(module, wanted, text, first_lines) \
+    nodes = [r.node for r in ctx.reports] + [e.node for r in ctx.reports if r.fix for e in r.fix.edits]
+    positions = statement_lines is not None and _positions_by_statement(module, nodes, text, statement_lines) \
         or _positions(module, wanted)
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
     indents = _block_indents(module, replaced) if replaced else {}
@@ -80,54 +85,122 @@ def _positions(module: cst.Module, wanted: set[int]) -> dict:
     return provider._computed
 
 
-def _positions_by_statement(module: cst.Module, wanted: set[int], text: SourceText,
-                            first_lines: list[int]) -> dict | None:
-    """The positions of the ``wanted`` nodes, rendering only the module's statements that hold
-    them, each from the line where CPython's tree starts it (a fraction of the module, for a few
-    findings in a large file). None when a wanted node is outside the statements, or a rendered
-    statement is not the source's text at that line: then the module is rendered as a whole."""
-    starts = _render_starts(module, first_lines)
-    if starts is None:
+def _positions_by_statement(module: cst.Module, wanted: list[cst.CSTNode], text: SourceText,
+                            statement_lines: list[int]) -> dict | None:
+    """The positions of the ``wanted`` nodes, rendering only the innermost statement that holds
+    each (a line of simple statements, or a compound statement), from the line where CPython's
+    tree starts it, with its block's indentation: a few lines for a finding in a large function.
+    None when a wanted node is outside every statement, the two trees do not pair their statements,
+    or a rendered statement is not the source's text at that line: then the module is rendered as
+    a whole."""
+    statements = _statements(module, statement_lines)
+    if statements is None:
         return None
-    holders, missing = [], set(wanted)
-    for index, statement in enumerate(module.body):
-        found: set[int] = set()
-        walk(statement, lambda node: found.add(id(node)) if id(node) in missing else None)
-        if found:
-            holders.append(index)
-            missing -= found
-        if not missing:
-            break
-    if missing:
-        return None
+    nodes, ends, _ = flat(module)
+    starts = [flat(statement.node)[2] for statement in statements]
+    chosen: dict[int, _Statement] = {}
+    for node in wanted:
+        found_nodes, _, index = flat(node)
+        if found_nodes is not nodes:
+            return None  # not a node of this module's tree
+        position = bisect_right(starts, index) - 1
+        while position >= 0 and ends[starts[position]] <= index:
+            position -= 1  # a statement before the node's own, not around it
+        if position < 0:
+            return None
+        chosen[position] = statements[position]
     provider = PositionProvider()
-    for index in holders:
+    for position in sorted(chosen):
+        statement = chosen[position]
         state = PositionProvidingCodegenState(default_indent=module.default_indent,
                                               default_newline=module.default_newline, provider=provider,
-                                              line=starts[index])
-        module.body[index]._codegen(state)
+                                              line=statement.line)
+        state.indent_tokens = list(statement.indents)
+        statement.node._codegen(state)
         rendered = "".join(state.tokens)
-        start = text.offset(starts[index] - 1, 0)
-        if text.text[start:start + len(rendered)] != rendered:
+        if statement.line < 1 or statement.line > len(text.line_starts):
             return None
+        start = text.offset(statement.line - 1, 0)
+        written = text.text[start:start + len(rendered)]
+        if written != rendered and not (start + len(written) == len(text.text) and rendered.startswith(written)
+                                        and not rendered[len(written):].strip()):
+            return None  # (at the end of a file without a final newline, the render adds one)
     return provider._computed
 
 
-def _render_starts(module: cst.Module, first_lines: list[int]) -> list[int] | None:
-    """The line where LibCST's render of each module statement starts: CPython's line for it,
-    less the blank and comment lines LibCST keeps in front of it. None if the two trees do not
-    split the module alike (CPython counts each statement of ``a; b`` on its own)."""
-    starts, position = [], 0
-    for statement in module.body:
-        if position >= len(first_lines):
-            return None
-        leading = len(statement.leading_lines)
-        decorators = getattr(statement, "decorators", ())
-        if decorators:
-            leading += len(decorators[0].leading_lines)
-        starts.append(first_lines[position] - leading)
-        position += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
-    return starts if position == len(first_lines) else None
+@dataclass
+class _Statement:
+    """A statement LibCST renders on its own, the line its render starts on (its leading blank and
+    comment lines included), and the indentation of the blocks around it."""
+
+    node: cst.CSTNode
+    line: int
+    indents: tuple[str, ...]
+
+
+class _Misaligned(Exception):
+    """CPython's statements and LibCST's do not pair up."""
+
+
+def _statements(module: cst.Module, lines: list[int]) -> list[_Statement] | None:
+    """Every line of simple statements and every compound statement (but an ``elif``, which renders
+    only as part of its ``if``), in the order of the text, each paired with the first line that
+    CPython gives the same statement (``lines``: see engine._statement_lines; a line of ``a; b``
+    is two statements there). None when the two trees do not pair up."""
+    found: list[_Statement] = []
+    position = 0
+
+    def take(count: int) -> int:
+        nonlocal position
+        if position + count > len(lines):
+            raise _Misaligned
+        first = lines[position]
+        position += count
+        return first
+
+    def block(statements, indents: tuple[str, ...]) -> None:
+        for statement in statements:
+            leading = len(statement.leading_lines)
+            decorators = getattr(statement, "decorators", ())
+            if decorators:
+                leading += len(decorators[0].leading_lines)
+            if isinstance(statement, cst.SimpleStatementLine):
+                found.append(_Statement(statement, take(len(statement.body)) - leading, indents))
+            else:
+                found.append(_Statement(statement, take(1) - leading, indents))
+                compound(statement, indents)
+
+    def suite(body: cst.BaseSuite, indents: tuple[str, ...]) -> None:
+        if isinstance(body, cst.IndentedBlock):
+            block(body.body, indents + (module.default_indent if body.indent is None else body.indent,))
+        else:
+            take(len(body.body))  # `if x: a; b`: statements on the header's line
+
+    def compound(statement: cst.CSTNode, indents: tuple[str, ...]) -> None:
+        if not isinstance(statement, cst.Match):
+            suite(statement.body, indents)
+        for handler in getattr(statement, "handlers", ()):
+            suite(handler.body, indents)
+        orelse = getattr(statement, "orelse", None)
+        while isinstance(orelse, cst.If):  # `elif`: a statement of its own for CPython
+            take(1)
+            suite(orelse.body, indents)
+            orelse = orelse.orelse
+        if orelse is not None:
+            suite(orelse.body, indents)
+        final = getattr(statement, "finalbody", None)
+        if final is not None:
+            suite(final.body, indents)
+        if isinstance(statement, cst.Match):  # its cases are indented, and their blocks within them
+            cases = indents + (module.default_indent if statement.indent is None else statement.indent,)
+            for case in statement.cases:
+                suite(case.body, cases)
+
+    try:
+        block(module.body, ())
+    except _Misaligned:
+        return None
+    return found if position == len(lines) else None
 
 
 class _IndentFinder(cst.CSTVisitor):

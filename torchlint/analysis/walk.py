@@ -128,7 +128,9 @@ def _flatten(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
     return nodes, ends, 0
 
 
-def _flat(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
+def flat(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
+    """The flat list that holds ``root`` (its tree's, when the tree was walked from its root), the
+    subtree ends, and the index of ``root`` in it."""
     entry = _where.get(id(root))
     if entry is not None and entry[0][entry[2]] is root:
         return entry
@@ -138,7 +140,7 @@ def _flat(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int], int]:
 def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
          on_leave: Callable[[cst.CSTNode], None] | None = None) -> None:
     """Depth-first, source order; ``on_visit`` returning False skips the node's children."""
-    nodes, ends, index = _flat(root)
+    nodes, ends, index = flat(root)
     stop = ends[index]
     if on_leave is None:
         while index < stop:
