@@ -60,7 +60,7 @@ class RuleContext:
 
     @cached_property
     def loops(self) -> Loops:
-        return Loops(self.module, self.bindings, self.ancestors, lambda: self.calls)
+        return Loops(self.module, self.bindings, self.ancestors, lambda: self.calls, self.source)
 
     @cached_property
     def devices(self) -> Devices:

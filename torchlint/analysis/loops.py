@@ -20,7 +20,7 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_literal, method_call, names_in, root_names, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import flat, visit
 
 if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls
@@ -343,13 +343,16 @@ class Loops:
     """The file's training and evaluation loops, and the loops around the current place of the walk."""
 
     def __init__(self, module: cst.Module, bindings: Bindings, ancestors: list[cst.CSTNode],
-                 calls: Callable[[], Calls] | None = None):
+                 calls: Callable[[], Calls] | None = None, source: str | None = None):
         self.module = module
+        # can a statement switch grad off (`torch.set_grad_enabled(False)`)? Not without the word
+        self._may_switch_grad = source is None or "set_grad_enabled" in source
         self.bindings = bindings
         self.ancestors = ancestors  # the walk's live stack: the module ... the current node
         self._calls = calls  # what a call does (summaries), built when first asked
         self._backpropagated: dict[int, frozenset[str] | None] = {}
         self._nested: dict[int, list[cst.CSTNode]] = {}
+        self._itself: dict[int, bool] = {}  # loop -> does its own body call backward
         self._autograd: dict[tuple[int, bool], bool] = {}
 
     def runs_backward(self, node: cst.CSTNode) -> bool:
@@ -430,10 +433,12 @@ class Loops:
 
     def _backpropagates_itself(self, loop: cst.CSTNode) -> bool:
         """Does the loop's own body (its nested loops left out) call backward?"""
-        finder = _BackwardFinder(self.bindings)
-        for statement in _statements_outside_loops(loop.body):
-            visit(statement, finder)
-        return finder.found
+        if id(loop) not in self._itself:
+            finder = _BackwardFinder(self.bindings)
+            for statement in _statements_outside_loops(loop.body):
+                visit(statement, finder)
+            self._itself[id(loop)] = finder.found
+        return self._itself[id(loop)]
 
     def nested_loops(self, loop: cst.CSTNode) -> list[cst.CSTNode]:
         """Every for/while loop inside ``loop``'s body (functions defined there left out)."""
@@ -455,18 +460,15 @@ class Loops:
         """The file's outermost training loops: for/while loops that call ``.backward(`` and are
         not inside another such loop of the same function, in source order."""
         found: list[cst.CSTNode] = []
-        outer = self
-
-        class TrainingLoops(cst.CSTVisitor):
-            def visit_For(self, node: cst.CSTNode) -> bool:
-                if outer.backpropagated_names(node) is not None:
-                    found.append(node)
-                    return False  # loops inside it are not outermost; functions inside it are rare
-                return True
-
-            visit_While = visit_For
-
-        visit(self.module, TrainingLoops())
+        nodes, ends, index = flat(self.module)
+        end = ends[index]
+        while index < end:
+            node = nodes[index]
+            if (type(node) is cst.For or type(node) is cst.While) and self.backpropagated_names(node) is not None:
+                found.append(node)
+                index = ends[index]  # loops inside it are not outermost; functions inside it are rare
+            else:
+                index += 1
         return found
 
     # evaluation ---------------------------------------------------------------------------------------
@@ -529,6 +531,8 @@ class Loops:
             if isinstance(node, cst.FunctionDef) and any(decorator_disables_grad(d, self.bindings)
                                                          for d in node.decorators):
                 return True
+        if not self._may_switch_grad:
+            return False
         for i in range(len(self.ancestors) - 1, 0, -1):
             node, parent = self.ancestors[i], self.ancestors[i - 1]
             if isinstance(node, SCOPES):

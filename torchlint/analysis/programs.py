@@ -14,7 +14,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
 from torchlint.analysis.syntax import dotted_name, is_main_guard
-from torchlint.analysis.walk import walk
+from torchlint.analysis.walk import flat, walk
 
 
 class Programs:
@@ -79,30 +79,27 @@ class Programs:
         names: dict[int, set[str]] = {0: set()}  # what each definition's own code names (0: the module's)
         definitions: list[tuple[cst.CSTNode, int, int | None]] = []  # (definition, its scope, its class)
         enclosing: dict[int, tuple[int, ...]] = {}
-        stack: list[int] = [0]
-        classes: list[int | None] = [None]
-
-        def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, LOOPS):
-                enclosing[id(node)] = tuple(stack[1:])
-            elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                owner = stack[-1] if isinstance(node, cst.FunctionDef) and classes[-1] == stack[-1] else None
-                definitions.append((node, stack[-1], owner))
+        # one pass over the module's flat node list (see walk.flat), with the definitions open at
+        # each node on a stack: (where its subtree ends, its id, is it a class)
+        nodes, ends, start = flat(self.module)
+        stack: list[tuple[int, int, bool]] = [(ends[start], 0, False)]
+        loop_types, name_type = set(LOOPS), cst.Name
+        for index in range(start, ends[start]):
+            while stack[-1][0] <= index:
+                stack.pop()
+            node = nodes[index]
+            kind = type(node)
+            if kind is name_type:
+                names[stack[-1][1]].add(node.value)
+            elif kind in loop_types:
+                enclosing[id(node)] = tuple(scope for _, scope, _ in stack[1:])
+            elif kind is cst.FunctionDef or kind is cst.ClassDef:
+                scope, in_class = stack[-1][1], stack[-1][2]
+                definitions.append((node, scope, scope if kind is cst.FunctionDef and in_class else None))
                 names[id(node)] = set()
                 for decorator in node.decorators:  # a decorator runs where the definition does
-                    names[stack[-1]].update(_identifiers(decorator))
-                stack.append(id(node))
-                classes.append(id(node) if isinstance(node, cst.ClassDef) else None)
-            elif isinstance(node, cst.Name):
-                names[stack[-1]].add(node.value)
-            return True
-
-        def on_leave(node: cst.CSTNode) -> None:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                stack.pop()
-                classes.pop()
-
-        walk(self.module, on_visit, on_leave)
+                    names[scope].update(_identifiers(decorator))
+                stack.append((ends[index], id(node), kind is cst.ClassDef))
         reached_names = set(names[0])
         reached: set[int] = {0}
         changed = True
