@@ -21,9 +21,9 @@ def assigned_in(tree: cst.CSTNode, name: str) -> bool:
     found = []
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.AssignTarget) and target_binds(node.target, name) is not None:
+        if type(node) is cst.AssignTarget and target_binds(node.target, name) is not None:
             found.append(node)
-        elif isinstance(node, cst.AnnAssign) and target_binds(node.target, name) is not None:
+        elif type(node) is cst.AnnAssign and target_binds(node.target, name) is not None:
             found.append(node)
         return not found
 

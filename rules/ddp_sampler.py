@@ -154,8 +154,8 @@ class DdpSampler(Rule):
     def _iterable_dataset(self, dataset: cst.BaseExpression) -> bool:
         """A dataset built from a class of this file that derives from IterableDataset: it must be
         sharded by rank in its own code, not by a sampler."""
-        value = self.ctx.bindings.value_of(dotted_name(dataset)) if isinstance(dataset, (cst.Name, cst.Attribute)) else dataset
-        if not isinstance(value, cst.Call):
+        value = self.ctx.bindings.value_of(dotted_name(dataset)) if type(dataset) in (cst.Name, cst.Attribute) else dataset
+        if type(value) is not cst.Call:
             return False
         return any(self.ctx.qualified_name(base.value) in ITERABLE_DATASETS
                    for cls in self.ctx.bindings.defined(dotted_name(value.func), cst.ClassDef) for base in cls.bases)
@@ -190,11 +190,11 @@ class DdpSampler(Rule):
         if self._calls_set_epoch(epoch_loop):
             return
         fix = None
-        epoch = epoch_loop.target if isinstance(epoch_loop, cst.For) else None
-        if isinstance(epoch, cst.Name) and isinstance(epoch_loop.body, cst.IndentedBlock) \
+        epoch = epoch_loop.target if type(epoch_loop) is cst.For else None
+        if type(epoch) is cst.Name and type(epoch_loop.body) is cst.IndentedBlock \
                 and not any(contains(epoch_loop, node) for node in created):
             fix = self._insert_set_epoch(epoch_loop, target, epoch.value, conditional)
-        shown = f"{target}.set_epoch({epoch.value if isinstance(epoch, cst.Name) else 'epoch'})"
+        shown = f"{target}.set_epoch({epoch.value if type(epoch) is cst.Name else 'epoch'})"
         how = "is passed to a function each epoch" if passed else "is iterated each epoch"
         self.report(anchor, f"`{loader}` {how}, but its DistributedSampler never gets `set_epoch`, so every "
                             f"epoch sees the data in the same order; call `{shown}` at the start of each epoch", fix)
@@ -215,7 +215,7 @@ class DdpSampler(Rule):
         bound = self.ctx.bindings.value_of(name)
         if self._is_distributed_sampler(bound):
             return name, False, [call, bound]
-        if isinstance(bound, cst.IfExp):
+        if type(bound) is cst.IfExp:
             branches = (bound.body, bound.orelse)
             if any(self._is_distributed_sampler(b) for b in branches) and any(is_literal(b, None) for b in branches):
                 return name, True, [call, bound]
@@ -224,7 +224,7 @@ class DdpSampler(Rule):
     def _is_distributed_sampler(self, expr: cst.BaseExpression | None) -> bool:
         if is_sampler_helper(expr):
             return True  # the one TL501's fix writes
-        if not isinstance(expr, cst.Call) or self.ctx.qualified_name(expr.func) not in DISTRIBUTED_SAMPLERS:
+        if type(expr) is not cst.Call or self.ctx.qualified_name(expr.func) not in DISTRIBUTED_SAMPLERS:
             return False
         shuffle = find_keyword(expr, "shuffle")
         return shuffle is None or not is_literal(shuffle.value, False)

@@ -156,7 +156,7 @@ class EvalModeLeftOn(Rule):
             and bool(index.calls(*BACKWARD_CALLEES))
 
     def visit_For(self, node: cst.CSTNode) -> None:
-        if isinstance(node.body, cst.SimpleStatementSuite):
+        if type(node.body) is cst.SimpleStatementSuite:
             return
         events = self._events(node.body, 0, None, {}, frozenset())
         if not any(e.kind == "backward" for e in events):
@@ -186,7 +186,7 @@ class EvalModeLeftOn(Rule):
         def on_visit(node: cst.CSTNode) -> bool:
             if isinstance(node, SCOPES) and node is not tree:
                 return False
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 return True
             here = site or node
             mode = _mode(node)
@@ -214,7 +214,7 @@ class EvalModeLeftOn(Rule):
             argument = argument_for(call, function, parameter)
             mapped[parameter] = self._receiver(argument, depth, names) if argument is not None else None
         parameters = function_parameters(function)
-        if parameters and parameters[0] == "self" and isinstance(call.func, cst.Attribute):
+        if parameters and parameters[0] == "self" and type(call.func) is cst.Attribute:
             mapped["self"] = self._receiver(call.func.value, depth, names)
         return mapped
 
@@ -286,7 +286,7 @@ class EvalModeLeftOn(Rule):
         found: list[cst.Call] = []
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 qualified = self.ctx.bindings.qualified_name(node.func) or ""
                 if qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified \
                         and qualified.rsplit(".", 1)[-1][:1].isupper():
@@ -320,7 +320,7 @@ class EvalModeLeftOn(Rule):
 
     def _built_mode_free(self, value: cst.BaseExpression, depth: int) -> bool:
         value = _unmoved(value)
-        if not isinstance(value, cst.Call) or depth > MAX_DEPTH:
+        if type(value) is not cst.Call or depth > MAX_DEPTH:
             return False
         qualified = self.ctx.bindings.qualified_name(value.func)
         if qualified is not None:
@@ -338,7 +338,7 @@ class EvalModeLeftOn(Rule):
         free = [True]
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if not free[0] or not isinstance(node, cst.Call):
+            if not free[0] or type(node) is not cst.Call:
                 return free[0]
             qualified = self.ctx.bindings.qualified_name(node.func)
             if qualified is not None:
@@ -382,14 +382,14 @@ def _on_last_iteration(loop: cst.CSTNode) -> set[int]:
     depth = [0]  # the last-iteration tests the walk is in
 
     def under(node: cst.CSTNode) -> bool:
-        return isinstance(node, cst.If) and is_last_iteration_test(node.test, loop)
+        return type(node) is cst.If and is_last_iteration_test(node.test, loop)
 
     def on_visit(node: cst.CSTNode) -> bool:
         if isinstance(node, (*SCOPES, cst.For, cst.While)):
             return False  # an inner loop's tests are its own
         if under(node):
             depth[0] += 1
-        elif isinstance(node, cst.Call) and depth[0]:
+        elif type(node) is cst.Call and depth[0]:
             found.add(id(node))
         return True
 
@@ -408,15 +408,15 @@ def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
     depth = [0]
 
     def disables(node: cst.CSTNode) -> bool:
-        return isinstance(node, cst.With) and any(with_item_disables_grad(item, bindings) for item in node.items)
+        return type(node) is cst.With and any(with_item_disables_grad(item, bindings) for item in node.items)
 
     def on_visit(node: cst.CSTNode) -> bool:
         if isinstance(node, SCOPES):
             return False
         if disables(node):
             depth[0] += 1
-        if isinstance(node, cst.Call):
-            func = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward" \
+        if type(node) is cst.Call:
+            func = node.func.value if type(node.func) is cst.Attribute and node.func.attr.value == "forward" \
                 else node.func
             if dotted_name(func) == receiver:
                 found.append(depth[0] > 0)
@@ -441,7 +441,7 @@ def _restores(trained: str | None, evaluated: str | None) -> bool:
 
 def _unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
     """``model`` of ``model.cuda().train()``: the module a chain of moves, casts and modes returns."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MOVES:
+    while type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in MOVES:
         value = value.func.value
     return value
 
@@ -466,4 +466,4 @@ def _mode_dependent_layer(call: cst.Call, qualified: str) -> bool:
 
 
 def _zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.evaluated_value) == 0
+    return type(expr) in (cst.Integer, cst.Float) and float(expr.evaluated_value) == 0

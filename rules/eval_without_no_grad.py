@@ -194,7 +194,7 @@ class EvalWithoutNoGrad(Rule):
     def _method_of_other(func: cst.BaseExpression) -> bool:
         """``writer.generator(...)``: a method named like a model, of an object that is not one
         (the model is an attribute of ``self`` or a name, ``self.generator(z)``, ``model(x)``)."""
-        return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+        return type(func) is cst.Attribute and type(func.value) is cst.Name \
             and func.value.value not in ("self", "cls") and not MODEL_NAME.search(func.value.value)
 
     def _forward_helper(self, node: cst.Call):
@@ -230,7 +230,7 @@ class EvalWithoutNoGrad(Rule):
         """The model a call runs: ``model(x)``, ``self.net(x)``, ``model.forward(x)``, or any
         callee put in eval mode in this function."""
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        if type(func) is cst.Attribute and func.attr.value == "forward":
             func = func.value
         name = dotted_name(func)
         if name is None or name == "self":
@@ -304,16 +304,16 @@ class _CallSites(cst.CSTVisitor):
         self.disabled: dict[str, int] = {}
 
     def _grad_off(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.With):
+        if type(node) is cst.With:
             return any(with_item_disables_grad(item, self.bindings) for item in node.items)
-        if isinstance(node, cst.FunctionDef):
+        if type(node) is cst.FunctionDef:
             return any(decorator_disables_grad(d, self.bindings) for d in node.decorators)
         return False
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._grad_off(node):
             self.depth += 1
-        if isinstance(node, cst.Call) and self.depth:
+        if type(node) is cst.Call and self.depth:
             name = dotted_name(node.func)
             if name is not None:
                 short = name.rsplit(".", 1)[-1]

@@ -165,13 +165,13 @@ class HostSyncInLoop(Rule):
 
             class TorchResults(cst.CSTVisitor):
                 def visit_Assign(self, node: cst.Assign) -> None:
-                    if any(isinstance(t.target, cst.Name) and t.target.value in backpropagated for t in node.targets):
+                    if any(type(t.target) is cst.Name and t.target.value in backpropagated for t in node.targets):
                         names.update(root_names(node.value))  # `loss = loss_l + loss_c`: its parts too
-                    qualified = bindings.qualified_name(node.value.func) if isinstance(node.value, cst.Call) else None
+                    qualified = bindings.qualified_name(node.value.func) if type(node.value) is cst.Call else None
                     if qualified and qualified.startswith("torch.") and qualified not in NOT_TENSORS \
                             and not qualified.startswith(("torch.cuda.", "torch.backends.")):
                         for target in node.targets:
-                            if isinstance(target.target, cst.Name):
+                            if type(target.target) is cst.Name:
                                 names.add(target.target.value)
 
             visit(loop.body, TorchResults())
@@ -182,7 +182,7 @@ class HostSyncInLoop(Rule):
         """``loss.data[0]``: a Python number read from the tensor (the spelling of ``.item()`` before
         torch 0.4)."""
         value = node.value
-        if not (isinstance(value, cst.Attribute) and value.attr.value == "data" and len(node.slice) == 1
+        if not (type(value) is cst.Attribute and value.attr.value == "data" and len(node.slice) == 1
                 and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.Integer)):
             return
         step = self._step()
@@ -226,7 +226,7 @@ class HostSyncInLoop(Rule):
             if method.attr.value in ("item", "cpu", "tolist") and node.args:
                 return None
             parent = self.ctx.parent
-            if isinstance(parent, cst.Attribute) and parent.attr.value in SYNC_METHODS:
+            if type(parent) is cst.Attribute and parent.attr.value in SYNC_METHODS:
                 return None  # `x.cpu().numpy()`: reported once, at the outer call
             value = method.value
             while method_call(value, *SYNC_METHODS) is not None:
@@ -237,15 +237,15 @@ class HostSyncInLoop(Rule):
         if not tensors:
             return None
         callee = self.ctx.qualified_name(node.func) or dotted_name(node.func)
-        if isinstance(node.func, cst.Name) and node.func.value == "print" and self.ctx.qualified_name(node.func) is None:
+        if type(node.func) is cst.Name and node.func.value == "print" and self.ctx.qualified_name(node.func) is None:
             if any(_reads_tensor(arg.value, tensors) for arg in node.args):
                 return self.ctx.code_for(node), "print it"
         elif callee in CONVERSIONS and len(node.args) == 1 and _holds_tensor(node.args[0].value, tensors):
             return self.ctx.code_for(node), f"keep `{self.ctx.code_for(node.args[0].value)}` on the device and read it"
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in TENSOR_LOGGERS \
+        elif type(node.func) is cst.Attribute and node.func.attr.value in TENSOR_LOGGERS \
                 and any(_holds_tensor(arg.value, tensors) for arg in node.args[1:2]):
             return self.ctx.code_for(node), "log the values"
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "format" \
+        elif type(node.func) is cst.Attribute and node.func.attr.value == "format" \
                 and any(_holds_tensor(arg.value, tensors) for arg in node.args):
             return self.ctx.code_for(node), "format the values"
         elif self.ctx.qualified_name(node.func) in ("torch.cuda.synchronize", "torch.cuda.current_stream.synchronize"):
@@ -255,8 +255,8 @@ class HostSyncInLoop(Rule):
     def _in_a_test(self) -> bool:
         """Is the current node in the test of an ``if``, ``while`` or ``assert``?"""
         chain = self.ctx.ancestors
-        return any(isinstance(parent, (cst.If, cst.While)) and child is parent.test
-                   or isinstance(parent, cst.Assert) and child is parent.test
+        return any(type(parent) in (cst.If, cst.While) and child is parent.test
+                   or type(parent) is cst.Assert and child is parent.test
                    for parent, child in zip(chain, chain[1:]))
 
     def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
@@ -268,7 +268,7 @@ class HostSyncInLoop(Rule):
         names = set()
         if position is not None and isinstance(position[0], cst.SimpleStatementLine):
             for small in position[0].body:
-                if isinstance(small, cst.Assign):
+                if type(small) is cst.Assign:
                     for target in small.targets:
                         names |= names_in(target.target)
         steps = _EnvironmentSteps()
@@ -278,7 +278,7 @@ class HostSyncInLoop(Rule):
     def _helper_sync(self, node: cst.Call, loop: cst.CSTNode | None) -> None:
         """A call of the project's own function that syncs on every call (``log_step(loss)`` doing
         ``loss.item()``; a meter's ``update(loss)``): reported at the call, where the step pays."""
-        if not isinstance(node.func, (cst.Name, cst.Attribute)) or dotted_name(node.func) is None:
+        if type(node.func) not in (cst.Name, cst.Attribute) or dotted_name(node.func) is None:
             return
         resolved = self.ctx.calls.resolve(node)
         if resolved is None or not resolved.function.host_syncs or not self._every_step(node, loop):
@@ -318,16 +318,16 @@ class HostSyncInLoop(Rule):
         """Might the value be a tensor? Not a literal, a number read from one (``.item()``,
         ``float(...)``, ``len(...)``), the time (``time.time() - start``), or a name the function
         only assigns such values."""
-        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        if type(expr) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString):
             return False
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             callee = self.ctx.qualified_name(expr.func) or dotted_name(expr.func) or ""
             return not (method_call(expr, "item", "tolist") or callee in NUMBERS or callee.startswith("time."))
         if isinstance(expr, (cst.BinaryOperation,)):
             return self._may_be_tensor(expr.left, depth) or self._may_be_tensor(expr.right, depth)
-        if isinstance(expr, cst.UnaryOperation):
+        if type(expr) is cst.UnaryOperation:
             return self._may_be_tensor(expr.expression, depth)
-        if isinstance(expr, cst.Name) and depth:
+        if type(expr) is cst.Name and depth:
             function = self.ctx.enclosing_function()
             values = self.ctx.bindings.scope(function if function is not None else self.ctx.module).assigned.get(
                 expr.value, [])
@@ -342,15 +342,15 @@ class HostSyncInLoop(Rule):
         for parent, child in zip(chain, [*chain[1:], node]):
             if parent is loop:
                 continue
-            if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is parent.test and explicit:
+            if type(parent) in (cst.If, cst.While, cst.IfExp) and child is parent.test and explicit:
                 return False  # drives control flow
-            if isinstance(parent, cst.Assert) and explicit:
+            if type(parent) is cst.Assert and explicit:
                 return False
-            if isinstance(parent, (cst.ExceptHandler, cst.ExceptStarHandler)):
+            if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler):
                 return False
-            if isinstance(parent, cst.If) and self._periodic(parent.test) and _inside_loop(chain, loop, parent):
+            if type(parent) is cst.If and self._periodic(parent.test) and _inside_loop(chain, loop, parent):
                 return False
-            if isinstance(parent, cst.Call) and isinstance(parent.func, cst.Attribute) \
+            if type(parent) is cst.Call and type(parent.func) is cst.Attribute \
                     and parent.func.attr.value in LOG_METHODS and dotted_name(parent.func.value) == "self":
                 return False  # self.log(...): lightning-log-item
         return not explicit or not self._assigned_guard(loop)
@@ -372,9 +372,9 @@ class HostSyncInLoop(Rule):
             return False
         statement, body, index = position
         targets = set()
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
-                if isinstance(small, cst.Assign):
+                if type(small) is cst.Assign:
                     for target in small.targets:
                         targets |= target_names(target.target)
         if not targets:
@@ -388,22 +388,22 @@ class HostSyncInLoop(Rule):
 def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
     """The expression is (a view of) a tensor the step backpropagates, not a number read from
     one: ``loss``, ``loss.data``, ``loss.mean()``; not ``loss.item()`` or ``len(loss)``."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
-        if isinstance(expr, cst.Call):
-            if not isinstance(expr.func, cst.Attribute) or expr.func.attr.value in SYNC_METHODS:
+    while type(expr) in (cst.Attribute, cst.Subscript, cst.Call):
+        if type(expr) is cst.Call:
+            if type(expr.func) is not cst.Attribute or expr.func.attr.value in SYNC_METHODS:
                 return False
             expr = expr.func.value
-        elif isinstance(expr, cst.Attribute):
+        elif type(expr) is cst.Attribute:
             expr = expr.value
         else:
             expr = expr.value
-    return isinstance(expr, cst.Name) and expr.value in tensors
+    return type(expr) is cst.Name and expr.value in tensors
 
 
 def _reads_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
     """Printing or formatting reads a tensor: the tensor itself, or one in an f-string."""
-    if isinstance(expr, cst.FormattedString):
-        return any(isinstance(part, cst.FormattedStringExpression) and _holds_tensor(part.expression, tensors)
+    if type(expr) is cst.FormattedString:
+        return any(type(part) is cst.FormattedStringExpression and _holds_tensor(part.expression, tensors)
                    for part in expr.parts)
     return _holds_tensor(expr, tensors)
 
@@ -437,7 +437,7 @@ class _EnvironmentSteps(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("step", "send", "step_async") \
+        if type(func) is cst.Attribute and func.attr.value in ("step", "send", "step_async") \
                 and ENVIRONMENT.search((dotted_name(func.value) or "").rsplit(".", 1)[-1]):
             module = cst.Module([])
             for arg in node.args:

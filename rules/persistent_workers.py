@@ -117,7 +117,7 @@ class PersistentWorkers(Rule):
             return
         if known:
             value, shown = cst.Name("True"), "True"
-        elif isinstance(workers.value, (cst.Name, cst.Attribute)):
+        elif type(workers.value) in (cst.Name, cst.Attribute):
             shown = f"{self.ctx.code_for(workers.value)} > 0"
             value = parse_expression(shown)
         else:
@@ -133,9 +133,9 @@ class PersistentWorkers(Rule):
         an infinite sampler): the loader is one long pass, started once."""
         sampler = dataloader_argument(node, "sampler")
         value = sampler.value if sampler is not None else None
-        if isinstance(value, (cst.Name, cst.Attribute)):
+        if type(value) in (cst.Name, cst.Attribute):
             value = self.ctx.bindings.value_of(dotted_name(value))
-        return isinstance(value, cst.Call) and (find_keyword(value, "num_samples") is not None
+        return type(value) is cst.Call and (find_keyword(value, "num_samples") is not None
                                                 or "infinite" in (dotted_name(value.func) or "").lower())
 
     def _iterated_repeatedly(self) -> bool:
@@ -144,7 +144,7 @@ class PersistentWorkers(Rule):
         epoch), or the name it is assigned to is iterated by a loop inside another loop, by two
         loops, or passed to a call inside a loop (``train_one_epoch(model, loader)``)."""
         function = self.ctx.enclosing_function()
-        if isinstance(self.ctx.parent, cst.Return) and function is not None \
+        if type(self.ctx.parent) is cst.Return and function is not None \
                 and function.name.value in EPOCH_HOOKS:
             return True
         name = self.ctx.bound_name()
@@ -235,15 +235,15 @@ class PersistentWorkers(Rule):
                     self.depth -= 1
 
                 def visit_Call(self, node: cst.Call) -> None:
-                    if self.depth and isinstance(node.func, cst.Attribute):
+                    if self.depth and type(node.func) is cst.Attribute:
                         mutated.add(dotted_name(node.func.value))
 
                 def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-                    if self.depth and isinstance(node.target, cst.Attribute):
+                    if self.depth and type(node.target) is cst.Attribute:
                         mutated.add(dotted_name(node.target.value))
 
                 def visit_AugAssign(self, node: cst.AugAssign) -> None:
-                    if self.depth and isinstance(node.target, cst.Attribute):
+                    if self.depth and type(node.target) is cst.Attribute:
                         mutated.add(dotted_name(node.target.value))
 
             visit(self.ctx.module, Mutations())

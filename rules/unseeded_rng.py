@@ -126,7 +126,7 @@ class UnseededRng(Rule):
                 continue
             draw = calls.draws[generator][0]
             func = draw.func
-            written = f"{self.ctx.code_for(func.value)}.seed" if isinstance(func, cst.Attribute) else seed
+            written = f"{self.ctx.code_for(func.value)}.seed" if type(func) is cst.Attribute else seed
             self.report(draw, f"`{self.ctx.code_for(func)}` draws from {generator}, which this script never seeds "
                               f"although it seeds torch: runs differ; call `{written}(...)` beside "
                               "`torch.manual_seed(...)`", self._fix(calls.torch_seeds[0], module))
@@ -138,7 +138,7 @@ class UnseededRng(Rule):
         if statement is None or len(args) != 1 or not isinstance(args[0].value, (cst.Name, cst.Integer, cst.Attribute)):
             return None
         indent = "".join(self.ctx.module.default_indent if block.indent is None else block.indent
-                         for block in chain if isinstance(block, cst.IndentedBlock))
+                         for block in chain if type(block) is cst.IndentedBlock)
         fix = self.fix_builder(f"Seed `{module}` with the torch seed")
         local = fix.ensure_import(module.split(".")[0])
         if local is None:
@@ -172,9 +172,9 @@ class _Calls:
                 in_worker.pop()
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, cst.FunctionDef) and node.name.value in WORKER_METHODS:
+            if type(node) is cst.FunctionDef and node.name.value in WORKER_METHODS:
                 in_worker.append(node)
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 return True
             qualified = self.ctx.bindings.qualified_name(node.func)
             if qualified in TORCH_SEEDS:

@@ -8,7 +8,7 @@ holds the file and hands them out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -152,6 +152,9 @@ class RuleContext:
 
     def enclosing(self, *types: type) -> list[cst.CSTNode]:
         """Enclosing nodes of the given types, innermost first (the current node excluded)."""
+        exact = _leaf_types(types)
+        if exact is not None:  # a set lookup: LibCST's classes are ABCs, slow in isinstance
+            return [n for n in reversed(self.ancestors[:-1]) if type(n) in exact]
         return [n for n in reversed(self.ancestors[:-1]) if isinstance(n, types)]
 
     def enclosing_function(self) -> cst.FunctionDef | None:
@@ -188,3 +191,9 @@ class RuleContext:
         if isinstance(parent, cst.AnnAssign) and parent.value is node:
             return dotted_name(parent.target)
         return None
+
+
+@lru_cache(maxsize=None)
+def _leaf_types(types: tuple[type, ...]) -> frozenset[type] | None:
+    """The types as a set when none has a subclass (``type(n) in`` it is then ``isinstance``)."""
+    return frozenset(types) if not any(kind.__subclasses__() for kind in types) else None

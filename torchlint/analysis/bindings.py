@@ -53,22 +53,22 @@ class Imports:
     def __init__(self, module: cst.Module):
         self.aliases: dict[str, str] = {}
         for small in small_statements(module):
-            if isinstance(small, cst.Import):
+            if type(small) is cst.Import:
                 for alias in small.names:
                     full = dotted_name(alias.name)
-                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    if alias.asname is not None and type(alias.asname.name) is cst.Name:
                         self.aliases[alias.asname.name.value] = full
                     else:
                         head = full.split(".")[0]
                         self.aliases[head] = head
-            elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
-                if isinstance(small.names, cst.ImportStar):
+            elif type(small) is cst.ImportFrom and not small.relative and small.module is not None:
+                if type(small.names) is cst.ImportStar:
                     continue
                 base = dotted_name(small.module)
                 for alias in small.names:
                     name = dotted_name(alias.name)
                     local = (alias.asname.name.value
-                             if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+                             if alias.asname is not None and type(alias.asname.name) is cst.Name
                              else name)
                     self.aliases[local] = f"{base}.{name}"
 
@@ -175,7 +175,7 @@ class Bindings:
         ``for`` target), with whether that function takes it as a parameter. ``scopes`` are the enclosing functions and classes, innermost first (class
         bodies do not enclose their methods' names)."""
         for scope in scopes:
-            if isinstance(scope, cst.FunctionDef):
+            if type(scope) is cst.FunctionDef:
                 assigned = self.scope(scope).assigned.get(name)
                 parameter = name in function_parameters(scope)
                 if assigned is not None or parameter:
@@ -197,7 +197,7 @@ class Bindings:
     def derived_classes(self, is_root: Callable[[str | None], bool]) -> frozenset[str]:
         """Names of the classes in the file with a base whose qualified name ``is_root`` accepts, or
         that derive from such a class of the file."""
-        classes = [node for node in statements(self.module.body) if isinstance(node, cst.ClassDef)]
+        classes = [node for node in statements(self.module.body) if type(node) is cst.ClassDef]
         found: set[str] = set()
         changed = True
         while changed:
@@ -234,11 +234,11 @@ class _Collector:
         return self.scopes.get(id(self.stack[-1]))
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression | None, kind: str) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List):
             for element in target.elements:
                 self._bind(element.value, None, kind)
             return
-        if isinstance(target, cst.StarredElement):
+        if type(target) is cst.StarredElement:
             self._bind(target.value, None, kind)
             return
         name = dotted_name(target)
@@ -246,7 +246,7 @@ class _Collector:
             return
         self.bindings.append(Binding(name, value, kind, self.stack[-1]))
         scope = self._scope_names()
-        if scope is not None and isinstance(target, cst.Name):
+        if scope is not None and type(target) is cst.Name:
             scope.assigned.setdefault(name, []).append(value)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -283,18 +283,18 @@ class _Collector:
                 self.scopes[id(node)] = ScopeNames()
                 params = node.params
                 for param in (*params.params, *params.posonly_params, *params.kwonly_params,
-                              *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))):
+                              *(p for p in (params.star_arg, params.star_kwarg) if type(p) is cst.Param)):
                     self._bind(param.name, None, "param")
         elif kind is cst.Import:
             for alias in node.names:
                 full = dotted_name(alias.name)
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                if alias.asname is not None and type(alias.asname.name) is cst.Name:
                     self.imported.setdefault(alias.asname.name.value, set()).add(full)
                 else:
                     head = full.split(".")[0]
                     self.imported.setdefault(head, set()).add(head)
         elif kind is cst.ImportFrom:
-            if not isinstance(node.names, cst.ImportStar):
+            if type(node.names) is not cst.ImportStar:
                 base = "." * len(node.relative) + (dotted_name(node.module) if node.module is not None else "")
                 for alias in node.names:
                     name = dotted_name(alias.name)

@@ -43,22 +43,22 @@ def definitions_of(module: cst.Module) -> Definitions:
     stack: list[cst.CSTNode] = []
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if type(node) in (cst.FunctionDef, cst.ClassDef):
             found.order[id(node)] = len(found.order)
             parent = stack[-1] if stack else None
-            if isinstance(node, cst.ClassDef):
+            if type(node) is cst.ClassDef:
                 found.classes.setdefault(node.name.value, []).append(node)
-            elif isinstance(parent, cst.ClassDef):
+            elif type(parent) is cst.ClassDef:
                 found.owner[id(node)] = parent
             else:
                 found.functions.setdefault(node.name.value, []).append(node)
-                if isinstance(parent, cst.FunctionDef):
+                if type(parent) is cst.FunctionDef:
                     found.outer[id(node)] = parent
             stack.append(node)
         return True
 
     def on_leave(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if type(node) in (cst.FunctionDef, cst.ClassDef):
             stack.pop()
 
     walk(module, on_visit, on_leave)
@@ -67,13 +67,13 @@ def definitions_of(module: cst.Module) -> Definitions:
 
 def methods_of(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     """The methods a class body defines, by name (the last definition wins, as in Python)."""
-    return {statement.name.value: statement for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}
+    return {statement.name.value: statement for statement in cls.body.body if type(statement) is cst.FunctionDef}
 
 
 def self_attribute(expr: cst.BaseExpression | None) -> str | None:
     """``blocks`` for ``self.blocks`` (and for ``self.blocks.h``, ``self.blocks[0]``)."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+    while type(expr) in (cst.Attribute, cst.Subscript):
+        if type(expr) is cst.Attribute and type(expr.value) is cst.Name and expr.value.value == "self":
             return expr.attr.value
         expr = expr.value
     return None
@@ -101,7 +101,7 @@ class Callees:
         enclosing functions and classes): one nested in an enclosing function, else a module-level
         one."""
         candidates = self.definitions.functions.get(name, [])
-        enclosing = [node for node in scopes if isinstance(node, cst.FunctionDef)]
+        enclosing = [node for node in scopes if type(node) is cst.FunctionDef]
         nested = [f for f in candidates if any(self.definitions.outer.get(id(f)) is outer for outer in enclosing)]
         return nested or [f for f in candidates if id(f) not in self.definitions.outer]
 
@@ -128,12 +128,12 @@ class Callees:
         module class, or a name assigned such a value (``followed``: the names on the way here)."""
         if len(followed) > MAX_DEPTH:
             return []
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = expr.func
             name = dotted_name(func)
             if name is not None and name in self.module_classes:
                 return list(self.definitions.classes.get(name, []))
-            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_MOVES:
+            if type(func) is cst.Attribute and func.attr.value in MODULE_MOVES:
                 return self.instance_classes(func.value, scopes, followed)
             qualified = self.bindings.qualified_name(func) or name or ""
             first = positional_args(expr)
@@ -142,7 +142,7 @@ class Callees:
             return []
         name = dotted_name(expr)
         if name == "self":
-            owner = next((n for n in reversed(scopes) if isinstance(n, cst.ClassDef)), None)
+            owner = next((n for n in reversed(scopes) if type(n) is cst.ClassDef), None)
             return [owner] if owner is not None and owner.name.value in self.module_classes else []
         if name is None or name in followed:
             return []
@@ -157,7 +157,7 @@ class Callees:
         the module) assigns it, when one does; else every value the file assigns it (a dotted name,
         a global set elsewhere)."""
         if "." not in name:
-            for scope in [*reversed([s for s in scopes if isinstance(s, cst.FunctionDef)]), self.module]:
+            for scope in [*reversed([s for s in scopes if type(s) is cst.FunctionDef]), self.module]:
                 assigned = self.bindings.scope(scope).assigned.get(name)
                 if assigned:
                     return assigned
@@ -179,11 +179,11 @@ class Callees:
 
         def on_visit(node: cst.CSTNode) -> bool:
             target, value = None, None
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            if type(node) is cst.Assign and len(node.targets) == 1:
                 target, value = node.targets[0].target, node.value
-            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            elif type(node) is cst.AnnAssign and node.value is not None:
                 target, value = node.target, node.value
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+            elif type(node) is cst.Call and type(node.func) is cst.Attribute \
                     and node.func.attr.value in ("append", "extend", "add_module", "insert"):
                 target, value = node.func.value, node
             attribute = self_attribute(target)
@@ -199,7 +199,7 @@ class Callees:
         called: list[cst.ClassDef] = []
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, cst.Call) and dotted_name(node.func) in self.module_classes:
+            if type(node) is cst.Call and dotted_name(node.func) in self.module_classes:
                 called.extend(self.definitions.classes.get(dotted_name(node.func), []))
             return True
 

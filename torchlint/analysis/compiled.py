@@ -92,10 +92,10 @@ class Region:
 def is_compiling_test(test: cst.BaseExpression, bindings: Bindings) -> bool | None:
     """True for a test that holds while Dynamo traces (``torch.compiler.is_compiling()``), False for
     its negation, None for any other test."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
         inner = is_compiling_test(test.expression, bindings)
         return None if inner is None else not inner
-    if isinstance(test, cst.Call) and not test.args:
+    if type(test) is cst.Call and not test.args:
         name = bindings.qualified_name(test.func) or dotted_name(test.func) or ""
         if name.rsplit(".", 1)[-1] in COMPILING_TESTS:
             return True
@@ -105,7 +105,7 @@ def is_compiling_test(test: cst.BaseExpression, bindings: Bindings) -> bool | No
 def untraced_branch(parent: cst.CSTNode, child: cst.CSTNode, bindings: Bindings) -> bool:
     """Is ``child`` a branch of the ``if`` ``parent`` that Dynamo never traces: the body of ``if not
     is_compiling():`` (or of an ``and`` holding that test), the ``else`` of ``if is_compiling():``?"""
-    if not isinstance(parent, (cst.If, cst.IfExp)) or child is parent.test:
+    if type(parent) not in (cst.If, cst.IfExp) or child is parent.test:
         return False
     tests = _conjuncts(parent.test)
     in_body = child is parent.body
@@ -119,7 +119,7 @@ def untraced_branch(parent: cst.CSTNode, child: cst.CSTNode, bindings: Bindings)
 
 
 def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
         return _conjuncts(test.left) + _conjuncts(test.right)
     return [test]
 
@@ -190,9 +190,9 @@ class CompiledCode:
         found: set[int] = set()
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            if type(node) in (cst.FunctionDef, cst.ClassDef):
                 return False
-            if isinstance(node, cst.If):
+            if type(node) is cst.If:
                 for branch in (node.body, node.orelse):
                     if branch is not None and any(contains(branch, site) for site in own):
                         found.add(id(branch))
@@ -206,9 +206,9 @@ class CompiledCode:
         stack: list[cst.CSTNode] = []
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, cst.FunctionDef):
+            if type(node) is cst.FunctionDef:
                 self._decorator_sites(node)
-            elif isinstance(node, cst.Call):
+            elif type(node) is cst.Call:
                 site = self._call_site(node, stack)
                 if site is not None:
                     self.sites.append(site)
@@ -223,7 +223,7 @@ class CompiledCode:
     def _decorator_sites(self, function: cst.FunctionDef) -> None:
         for decorator in function.decorators:
             expr = decorator.decorator
-            call = expr if isinstance(expr, cst.Call) else None
+            call = expr if type(expr) is cst.Call else None
             name = self.bindings.qualified_name(call.func if call is not None else expr)
             if name not in COMPILE_FUNCTIONS:
                 continue
@@ -245,13 +245,13 @@ class CompiledCode:
             label = f"{dotted_name(call.func) or 'torch.compile'}({self.module.code_for_node(target.value)})"
             return CompileSite(call, _short(label), call, self._targets(target.value, stack))
         # torch._dynamo.optimize("inductor")(fn)
-        if isinstance(call.func, cst.Call) and self.bindings.qualified_name(call.func.func) in COMPILE_FUNCTIONS \
+        if type(call.func) is cst.Call and self.bindings.qualified_name(call.func.func) in COMPILE_FUNCTIONS \
                 and positional_args(call):
             target = positional_args(call)[0].value
             label = f"{self.module.code_for_node(call.func)}({self.module.code_for_node(target)})"
             return CompileSite(call, _short(label), call.func, self._targets(target, stack))
         # model.compile(...): nn.Module.compile
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "compile":
+        if type(call.func) is cst.Attribute and call.func.attr.value == "compile":
             classes = self.callees.instance_classes(call.func.value, stack)
             if classes:
                 receiver = dotted_name(call.func.value) or self.module.code_for_node(call.func.value)
@@ -265,20 +265,20 @@ class CompiledCode:
     def _bound_name(self, stack: list[cst.CSTNode], call: cst.Call) -> str | None:
         """The dotted name a compile call is assigned to (``fn = torch.compile(f)``)."""
         parent = stack[-1] if stack else None
-        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
             return dotted_name(parent.targets[0].target)
-        if isinstance(parent, cst.AnnAssign) and parent.value is call:
+        if type(parent) is cst.AnnAssign and parent.value is call:
             return dotted_name(parent.target)
         return None
 
     def _targets(self, target: cst.BaseExpression, stack: list[cst.CSTNode]) -> tuple[cst.FunctionDef, ...]:
         """The functions that run compiled when ``target`` is compiled: a function of the file, a
         method (``self.prefill``, ``model.forward``), or the ``forward`` of a module instance."""
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             functions = self.callees.functions_named(target.value, stack)
             if functions:
                 return tuple(functions)
-        if isinstance(target, cst.Attribute):
+        if type(target) is cst.Attribute:
             receiver = self.callees.instance_classes(target.value, stack)
             methods = [m for cls in receiver for m in [self.callees.method(cls, target.attr.value)] if m is not None]
             if methods:
@@ -305,7 +305,7 @@ class CompiledCode:
     def _disabled(self, function: cst.FunctionDef) -> bool:
         for decorator in function.decorators:
             expr = decorator.decorator
-            if self.bindings.qualified_name(expr.func if isinstance(expr, cst.Call) else expr) in DISABLE_DECORATORS:
+            if self.bindings.qualified_name(expr.func if type(expr) is cst.Call else expr) in DISABLE_DECORATORS:
                 return True
         return False
 
@@ -321,13 +321,13 @@ class CompiledCode:
             found.extend(f for f in functions if f is not None and f not in found)
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or id(node) in eager:
+            if type(node) in (cst.FunctionDef, cst.ClassDef) or id(node) in eager:
                 return False
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 add(*self._called(node, owner, scopes))
-            elif isinstance(node, cst.Attribute):
+            elif type(node) is cst.Attribute:
                 add(*(self.callees.method(cls, "forward") for cls in submodules.get(self_attribute(node) or "", [])))
-            elif isinstance(node, (cst.If, cst.IfExp)):
+            elif type(node) in (cst.If, cst.IfExp):
                 branches = [b for b in (node.body, node.orelse) if b is not None]
                 traced = [b for b in branches if not untraced_branch(node, b, self.bindings)]
                 if len(traced) < len(branches):  # a branch Dynamo never traces calls nothing compiled
@@ -343,17 +343,17 @@ class CompiledCode:
         """The file's functions a call runs: a function by name, a method on ``self`` or
         ``super()``, the ``forward`` of a module instance, a method of one."""
         func = call.func
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             if func.value in self.callees.module_classes:
                 return []  # building a module, not running one
             return self.callees.functions_named(func.value, scopes) or [
                 self.callees.method(cls, "forward") for cls in self.callees.instance_classes(func, scopes)]
-        if not isinstance(func, cst.Attribute):
+        if type(func) is not cst.Attribute:
             return []
         receiver, name = func.value, func.attr.value
         if owner is not None and dotted_name(receiver) == "self":
             return [self.callees.method(owner, name)]
-        if owner is not None and isinstance(receiver, cst.Call) and dotted_name(receiver.func) == "super":
+        if owner is not None and type(receiver) is cst.Call and dotted_name(receiver.func) == "super":
             return [self.callees.method(base, name) for base in self.callees.bases(owner)]
         return [self.callees.method(cls, name) for cls in self.callees.instance_classes(receiver, scopes)]
 

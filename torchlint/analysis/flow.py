@@ -90,9 +90,9 @@ def target_binds(target: cst.BaseExpression, name: str, element: int | None = No
     or starred unpacking binds it to no single element: (True, -1)."""
     if dotted_name(target) == name:
         return True, element
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         for index, item in enumerate(target.elements):
-            if isinstance(item, cst.StarredElement) or element is not None:
+            if type(item) is cst.StarredElement or element is not None:
                 if target_binds(item.value, name) is not None:
                     return True, -1
                 continue
@@ -111,18 +111,18 @@ class _Binds:
     def small(self, statement: cst.BaseSmallStatement, line: cst.CSTNode) -> list[Assigned | None] | None:
         """What a small statement binds ``name`` to: None if it does not bind it; a list whose
         items are None where the value is unknown (``+=``, ``import``, ``del``)."""
-        if isinstance(statement, cst.Assign):
+        if type(statement) is cst.Assign:
             for target in reversed(statement.targets):
                 found = target_binds(target.target, self.name)
                 if found is not None:
                     element = found[1]
                     return [None] if element == -1 else [Assigned(statement.value, element, line)]
             return None
-        if isinstance(statement, cst.AnnAssign) and dotted_name(statement.target) == self.name:
+        if type(statement) is cst.AnnAssign and dotted_name(statement.target) == self.name:
             return [Assigned(statement.value, None, line)] if statement.value is not None else [None]
-        if isinstance(statement, cst.AugAssign) and dotted_name(statement.target) == self.name:
+        if type(statement) is cst.AugAssign and dotted_name(statement.target) == self.name:
             return [None]
-        if isinstance(statement, (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal, cst.Del)) \
+        if type(statement) in (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal, cst.Del) \
                 and self.name in cst.Module([]).code_for_node(statement).replace(",", " ").split():
             return [None]
         return None
@@ -132,7 +132,7 @@ class _Binds:
         found = []
 
         def on_visit(child: cst.CSTNode) -> bool:
-            if isinstance(child, cst.NamedExpr) and dotted_name(child.target) == self.name:
+            if type(child) is cst.NamedExpr and dotted_name(child.target) == self.name:
                 found.append(child)
             return not found and not isinstance(child, SCOPES)
 
@@ -153,7 +153,7 @@ def _reaching_in_block(statements: list[cst.CSTNode], binds: _Binds) -> tuple[li
 
 
 def _reaching_in_statement(statement: cst.CSTNode, binds: _Binds) -> tuple[list[Assigned | None], bool]:
-    if isinstance(statement, cst.SimpleStatementLine):
+    if type(statement) is cst.SimpleStatementLine:
         for small in reversed(statement.body):
             found = binds.small(small, statement)
             if found is not None:
@@ -161,36 +161,36 @@ def _reaching_in_statement(statement: cst.CSTNode, binds: _Binds) -> tuple[list[
         if binds.walrus(statement):
             return [None], True
         return [], False
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+    if type(statement) in (cst.FunctionDef, cst.ClassDef):
         return ([None], True) if statement.name.value == binds.name else ([], False)
-    if isinstance(statement, cst.With):
+    if type(statement) is cst.With:
         if any(item.asname is not None and target_binds(item.asname.name, binds.name) is not None
                for item in statement.items):
             return [None], True
         return _reaching_in_block(list(statement.body.body), binds)
     branches: list[list[cst.CSTNode]] = []
     always = False  # one of the branches surely runs
-    if isinstance(statement, cst.If):
+    if type(statement) is cst.If:
         node: cst.CSTNode | None = statement
-        while isinstance(node, cst.If):
+        while type(node) is cst.If:
             branches.append(list(node.body.body))
             node = node.orelse
-        if isinstance(node, cst.Else):
+        if type(node) is cst.Else:
             branches.append(list(node.body.body))
             always = True
-    elif isinstance(statement, (cst.For, cst.While)):
-        if isinstance(statement, cst.For) and target_binds(statement.target, binds.name) is not None:
+    elif type(statement) in (cst.For, cst.While):
+        if type(statement) is cst.For and target_binds(statement.target, binds.name) is not None:
             return [None], False
         branches.append(list(statement.body.body))
         if statement.orelse is not None:
             branches.append(list(statement.orelse.body.body))
-    elif isinstance(statement, (cst.Try, cst.TryStar)):
+    elif type(statement) in (cst.Try, cst.TryStar):
         branches.append(list(statement.body.body))
         branches += [list(handler.body.body) for handler in statement.handlers]
         for extra in (statement.orelse, statement.finalbody):
             if extra is not None:
                 branches.append(list(extra.body.body))
-    elif isinstance(statement, cst.Match):
+    elif type(statement) is cst.Match:
         return ([None], False) if binds.walrus(statement) or binds.name in _match_names(statement) else ([], False)
     else:
         return [], False
@@ -207,7 +207,7 @@ def _match_names(statement: cst.Match) -> set[str]:
     names: set[str] = set()
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             names.add(node.value)
         return True
 
@@ -225,7 +225,7 @@ def reaching_assignments(name: str, chain: list[cst.CSTNode]) -> list[Assigned] 
     for i in range(len(chain) - 1, 0, -1):
         node, parent = chain[i], chain[i - 1]
         if isinstance(node, SCOPES) and i != len(chain) - 1:
-            if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            if type(node) in (cst.FunctionDef, cst.Lambda):
                 parameters = function_parameters(node)
                 if name in parameters:
                     return None
@@ -244,9 +244,9 @@ def function_of_call(call: cst.Call, bindings: Bindings) -> cst.FunctionDef | No
     ``self.helper(...)`` / ``obj.helper(...)``; None when the file defines no function of that
     name or more than one."""
     func = call.func
-    if isinstance(func, cst.Name):
+    if type(func) is cst.Name:
         name = func.value
-    elif isinstance(func, cst.Attribute):
+    elif type(func) is cst.Attribute:
         name = func.attr.value
     else:
         return None
@@ -261,7 +261,7 @@ def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> c
         if arg.keyword is not None and arg.keyword.value == parameter:
             return arg.value
     names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
-    if names and names[0] in ("self", "cls") and isinstance(call.func, cst.Attribute):
+    if names and names[0] in ("self", "cls") and type(call.func) is cst.Attribute:
         names = names[1:]
     positional = [a for a in call.args if a.keyword is None]
     if any(a.star for a in positional):

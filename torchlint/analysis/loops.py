@@ -29,6 +29,7 @@ LOOPS = (cst.For, cst.While)
 AST_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_SCOPE_TYPES, _LOOP_TYPES = frozenset(SCOPES), frozenset(LOOPS)
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
 # Methods that backpropagate their first argument: Accelerate, Fabric, Lightning.
 BACKWARD_METHODS = frozenset({"manual_backward"})
@@ -74,7 +75,7 @@ class _BackwardFinder(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if type(func) is cst.Attribute and func.attr.value == "backward":
             self.found = True
             target = func.value
             # scaler.scale(loss).backward(): the scaled value is the loss
@@ -87,7 +88,7 @@ class _BackwardFinder(cst.CSTVisitor):
                 self.names |= root_names(target)
             if passed:
                 self.names |= root_names(node.args[0].value)
-        elif (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
+        elif (type(func) is cst.Attribute and func.attr.value in BACKWARD_METHODS) or \
                 self.bindings.qualified_name(func) in BACKWARD_FUNCTIONS:
             self.found = True
             if node.args:
@@ -120,25 +121,25 @@ def ast_loop_lines(index: SyntaxIndex) -> bytearray:
 
 def with_item_disables_grad(item: cst.WithItem, bindings: Bindings) -> bool:
     expr = item.item
-    func = expr.func if isinstance(expr, cst.Call) else expr
+    func = expr.func if type(expr) is cst.Call else expr
     name = bindings.qualified_name(func)
     if name in NO_GRAD_CONTEXTS:
         return True
-    if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and isinstance(expr, cst.Call):
+    if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and type(expr) is cst.Call:
         return bool(expr.args) and is_literal(expr.args[0].value, False)
     return False
 
 
 def decorator_disables_grad(decorator: cst.Decorator, bindings: Bindings) -> bool:
     expr = decorator.decorator
-    func = expr.func if isinstance(expr, cst.Call) else expr
+    func = expr.func if type(expr) is cst.Call else expr
     return bindings.qualified_name(func) in NO_GRAD_CONTEXTS or grad_switch_off(expr, bindings) is True
 
 
 def grad_switch_off(node: cst.CSTNode, bindings: Bindings) -> bool | None:
     """For a ``torch.set_grad_enabled(x)`` call: True when x is False, False when it is True, None
     for anything else."""
-    if not isinstance(node, cst.Call) or bindings.qualified_name(node.func) not in GRAD_SWITCHES:
+    if type(node) is not cst.Call or bindings.qualified_name(node.func) not in GRAD_SWITCHES:
         return None
     if len(node.args) != 1 or node.args[0].star:
         return None
@@ -183,7 +184,7 @@ class _RemainderFinder(cst.CSTVisitor):
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         # `step % 100`, not `"%d" % step`
-        if isinstance(node.operator, cst.Modulo) and not isinstance(
+        if type(node.operator) is cst.Modulo and not isinstance(
                 node.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
             self.found = True
 
@@ -199,10 +200,10 @@ def is_last_iteration_test(test: cst.BaseExpression, loop: cst.CSTNode) -> bool:
     """A condition that holds only on the last iteration of a ``for`` loop: the loop's index
     compared with the length of what it runs over (``i == len(steps) - 1``,
     ``batch + 1 == len(loader)``, ``i >= len(batches) - 1``)."""
-    if not isinstance(loop, cst.For) or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    if type(loop) is not cst.For or type(test) is not cst.Comparison or len(test.comparisons) != 1:
         return False
     comparison = test.comparisons[0]
-    if not isinstance(comparison.operator, (cst.Equal, cst.GreaterThanEqual, cst.LessThanEqual)):
+    if type(comparison.operator) not in (cst.Equal, cst.GreaterThanEqual, cst.LessThanEqual):
         return False
     index = target_names(loop.target)
     sides = (test.left, comparison.comparator)
@@ -218,7 +219,7 @@ def _only_names(expr: cst.BaseExpression, names: set[str]) -> bool:
 def _takes_length(expr: cst.BaseExpression) -> bool:
     """``len(x) - 1``: an expression that calls ``len``."""
     found = []
-    visit(expr, _CallFinder(found, lambda call: isinstance(call.func, cst.Name) and call.func.value == "len"))
+    visit(expr, _CallFinder(found, lambda call: type(call.func) is cst.Name and call.func.value == "len"))
     return bool(found)
 
 
@@ -243,7 +244,7 @@ class _ModelCalls(cst.CSTVisitor):
         self.found = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func.value if isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward" \
+        func = node.func.value if type(node.func) is cst.Attribute and node.func.attr.value == "forward" \
             else node.func
         name = dotted_name(func)
         if name is not None and MODEL_NAME.search(name.rsplit(".", 1)[-1]):
@@ -280,18 +281,18 @@ def _statements_outside_loops(block: cst.BaseSuite) -> list[cst.CSTNode]:
     for statement in getattr(block, "body", ()):
         if isinstance(statement, (*LOOPS, *SCOPES)):
             continue
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             found.append(statement)
             continue
-        if isinstance(statement, (cst.If, cst.With, cst.Try)) or hasattr(statement, "body"):
+        if type(statement) in (cst.If, cst.With, cst.Try) or hasattr(statement, "body"):
             test = getattr(statement, "test", None)
             if test is not None:
                 found.append(test)
             for field in ("body", "orelse", "finalbody"):
                 part = getattr(statement, field, None)
-                if isinstance(part, (cst.Else, cst.Finally)):
+                if type(part) in (cst.Else, cst.Finally):
                     part = part.body
-                if isinstance(part, cst.If):
+                if type(part) is cst.If:
                     found += _statements_outside_loops(cst.IndentedBlock(body=[part]))
                 elif part is not None:
                     found += _statements_outside_loops(part)
@@ -326,7 +327,7 @@ def iterated_value(loop: cst.For, bindings: Bindings) -> cst.BaseExpression:
 
 def unwrapped_iterable(expr: cst.BaseExpression, bindings: Bindings) -> cst.BaseExpression:
     """An iterable inside ``enumerate``/``tqdm``/``iter`` wrappers: ``tqdm(loader)`` -> ``loader``."""
-    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star \
+    while type(expr) is cst.Call and expr.args and expr.args[0].keyword is None and not expr.args[0].star \
             and (dotted_name(expr.func) in ITERATION_WRAPPERS or bindings.qualified_name(expr.func) in ITERATION_WRAPPERS):
         expr = expr.args[0].value
     return expr
@@ -394,9 +395,10 @@ class Loops:
         loops are not visible)."""
         loops = []
         for node in reversed(self.ancestors[:-1]):
-            if isinstance(node, SCOPES):
+            kind = type(node)  # the classes of SCOPES and LOOPS have no subclasses
+            if kind in _SCOPE_TYPES:
                 break
-            if isinstance(node, LOOPS):
+            if kind in _LOOP_TYPES:
                 loops.append(node)
         return loops
 
@@ -508,7 +510,7 @@ class Loops:
                 if self.runs_backward(node):
                     break
                 loop_here = node
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            if type(parent) in (cst.IndentedBlock, cst.Module):
                 body = list(parent.body)
                 mode = last_mode_call(body[: body.index(node)])
                 if mode is not None:
@@ -526,9 +528,9 @@ class Loops:
         statement earlier in the function (with no ``set_grad_enabled(True)`` after it)."""
         chain = self.ancestors[:-1]
         for node in chain:
-            if isinstance(node, cst.With) and any(with_item_disables_grad(item, self.bindings) for item in node.items):
+            if type(node) is cst.With and any(with_item_disables_grad(item, self.bindings) for item in node.items):
                 return True
-            if isinstance(node, cst.FunctionDef) and any(decorator_disables_grad(d, self.bindings)
+            if type(node) is cst.FunctionDef and any(decorator_disables_grad(d, self.bindings)
                                                          for d in node.decorators):
                 return True
         if not self._may_switch_grad:
@@ -537,7 +539,7 @@ class Loops:
             node, parent = self.ancestors[i], self.ancestors[i - 1]
             if isinstance(node, SCOPES):
                 break
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            if type(parent) in (cst.IndentedBlock, cst.Module):
                 body = list(parent.body)
                 for statement in reversed(body[: body.index(node)]):
                     switch = self._grad_switch(statement)
@@ -548,9 +550,9 @@ class Loops:
     def _grad_switch(self, statement: cst.CSTNode) -> bool | None:
         """A statement line that is a ``torch.set_grad_enabled(...)`` call: True for False, False
         for True."""
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in reversed(statement.body):
-                if isinstance(small, cst.Expr):
+                if type(small) is cst.Expr:
                     switch = grad_switch_off(small.value, self.bindings)
                     if switch is not None:
                         return switch
@@ -583,17 +585,17 @@ class Loops:
         if bound_name is not None:
             return self.loops_over(bound_name) if self.bindings.value_of(bound_name) is node else []
         for ancestor in reversed(self.ancestors[:-1]):
-            if isinstance(ancestor, cst.For):
+            if type(ancestor) is cst.For:
                 iterated = ancestor.iter
-                while isinstance(iterated, cst.Call) and iterated.args and iterated is not node:
+                while type(iterated) is cst.Call and iterated.args and iterated is not node:
                     iterated = iterated.args[0].value
                 return [ancestor] if iterated is node else []
-            if not isinstance(ancestor, (cst.Call, cst.Arg)):
+            if type(ancestor) not in (cst.Call, cst.Arg):
                 return []
         return []
 
     def _enclosing_function(self) -> cst.FunctionDef | None:
-        return next((n for n in reversed(self.ancestors[:-1]) if isinstance(n, cst.FunctionDef)), None)
+        return next((n for n in reversed(self.ancestors[:-1]) if type(n) is cst.FunctionDef), None)
 
 
 def is_backward_call(call: cst.Call, bindings: Bindings) -> bool:

@@ -43,13 +43,13 @@ def optimizer_like(expr: cst.BaseExpression, bindings: Bindings) -> str | None:
     """The dotted name of ``expr`` when it holds an optimizer (or a list of them, for
     ``optimizers[i]``): built by ``torch.optim...`` in the file, or named like one; never a
     scheduler."""
-    while isinstance(expr, cst.Subscript):  # one of a list of optimizers: `optimizers[i]`
+    while type(expr) is cst.Subscript:  # one of a list of optimizers: `optimizers[i]`
         expr = expr.value
     name = dotted_name(expr)
     if name is None or NOT_OPTIMIZER.search(_last_part(name)):
         return None
     for value in bindings.values(name):
-        if isinstance(value, cst.Call):
+        if type(value) is cst.Call:
             qualified = bindings.qualified_name(value.func) or ""
             if qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified:
                 return name
@@ -60,7 +60,7 @@ def stepped_optimizer(call: cst.Call, bindings: Bindings) -> str | None:
     """The optimizer a call steps: ``optimizer.step()`` / ``optimizer.step(closure)``,
     ``scaler.step(optimizer)``, ``xm.optimizer_step(optimizer)``."""
     func = call.func
-    if not isinstance(func, cst.Attribute):
+    if type(func) is not cst.Attribute:
         return None
     if func.attr.value == "step":
         own = optimizer_like(func.value, bindings)
@@ -82,11 +82,11 @@ def optimizer_steps(tree: cst.CSTNode, bindings: Bindings) -> list[tuple[cst.Cal
     found: list[tuple[cst.Call, str]] = []
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             optimizer = stepped_optimizer(node, bindings)
             if optimizer is not None:
                 found.append((node, optimizer))
-        return not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) or node is tree
+        return type(node) not in (cst.FunctionDef, cst.Lambda, cst.ClassDef) or node is tree
 
     walk(tree, on_visit)
     return found
@@ -95,18 +95,18 @@ def optimizer_steps(tree: cst.CSTNode, bindings: Bindings) -> list[tuple[cst.Cal
 def _clears_grad(node: cst.CSTNode) -> bool:
     """One node that clears gradients in place: ``x.zero_grad()``, ``p.grad = None``,
     ``p.grad.zero_()``, ``p.grad.data.fill_(0)``, ``del p.grad``, ``torch._foreach_zero_(grads)``."""
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
         if name in ("zero_grad", "_foreach_zero_"):
             return True
-        if name in ZEROING_METHODS and isinstance(func, cst.Attribute):
+        if name in ZEROING_METHODS and type(func) is cst.Attribute:
             receiver = dotted_name(func.value) or ""
             return receiver.endswith(".grad") or receiver.endswith(".grad.data")
         return False
-    if isinstance(node, cst.AssignTarget):
+    if type(node) is cst.AssignTarget:
         return (dotted_name(node.target) or "").endswith(".grad")
-    if isinstance(node, cst.Del):
+    if type(node) is cst.Del:
         return (dotted_name(node.target) or "").endswith(".grad")
     return False
 
@@ -125,7 +125,7 @@ def clears_gradients(tree: cst.CSTNode, bindings: Bindings, depth: int = 0,
         if _clears_grad(node):
             found.append(node)
             return False
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             function = function_of_call(node, bindings)
             if function is not None:
                 if depth < MAX_DEPTH and id(function) not in seen \
@@ -137,7 +137,7 @@ def clears_gradients(tree: cst.CSTNode, bindings: Bindings, depth: int = 0,
                     found.append(node)
             # a closure handed to the step: `optimizer.step(closure)`
             for arg in node.args:
-                if isinstance(arg.value, cst.Name):
+                if type(arg.value) is cst.Name:
                     closures = bindings.defined(arg.value.value, cst.FunctionDef)
                     if len(closures) == 1 and id(closures[0]) not in seen and depth < MAX_DEPTH \
                             and clears_gradients(closures[0].body, bindings, depth + 1, seen | {id(closures[0])}):
@@ -173,11 +173,11 @@ class _Events:
         stack: list[cst.CSTNode] = []
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if type(node) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 return False
             if isinstance(node, (cst.If, *LOOPS)):
                 stack.append(node)
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 if stepped_optimizer(node, bindings) is not None:
                     self.steps.append((node, tuple(stack)))
                 elif is_backward_call(node, bindings):
@@ -189,7 +189,7 @@ class _Events:
                 stack.pop()
 
         for statement in loop.body.body:
-            if isinstance(statement, cst.If) and _only_continues(statement):
+            if type(statement) is cst.If and _only_continues(statement):
                 self.skips.append(statement)
             walk(statement, on_visit, on_leave)
 
@@ -197,7 +197,7 @@ class _Events:
     def paired(self, around: tuple[cst.CSTNode, ...]) -> bool:
         """Is a backward under an ``if`` that also holds a step (a GAN's generator update every
         ``n_critic`` iterations): it belongs to that step, not to an accumulation."""
-        return any(isinstance(node, cst.If) and node in where for node in around for _, where in self.steps)
+        return any(type(node) is cst.If and node in where for node in around for _, where in self.steps)
 
 
 def _only_continues(statement: cst.If) -> bool:
@@ -211,7 +211,7 @@ def _remainder_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
     found: list[cst.BaseExpression] = []
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and not found:
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo and not found:
             found.append(node.right)
         return not found
 
@@ -222,9 +222,9 @@ def _remainder_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
 def _periodic_guard(test: cst.BaseExpression, bindings: Bindings) -> cst.BaseExpression | None:
     """For a test that holds every k-th iteration (``(i + 1) % k == 0``, or a name the loop
     assigns such a test to), the ``k``; else None. ``% 1`` is every iteration."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
         test = test.expression
-    if isinstance(test, cst.Name):
+    if type(test) is cst.Name:
         values = [v for v in bindings.values(test.value) if v is not None]
         if len(values) != 1 or not is_periodic_test(values[0]):
             return None
@@ -232,7 +232,7 @@ def _periodic_guard(test: cst.BaseExpression, bindings: Bindings) -> cst.BaseExp
     if not is_periodic_test(test):
         return None
     divisor = _remainder_divisor(test)
-    if isinstance(divisor, cst.Integer) and divisor.evaluated_value == 1:
+    if type(divisor) is cst.Integer and divisor.evaluated_value == 1:
         return None
     return divisor
 
@@ -241,9 +241,9 @@ def _micro_batch_count(loop: cst.For) -> tuple[bool, cst.BaseExpression | None]:
     """Does an inner loop run over micro-batches: ``for _ in range(k)`` (count k) or over the
     chunks of a batch (``batch.chunk(k)``, ``torch.split(x, n)``)? (yes/no, the count if written)."""
     iterated = loop.iter
-    while isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "enumerate" and iterated.args:
+    while type(iterated) is cst.Call and dotted_name(iterated.func) == "enumerate" and iterated.args:
         iterated = iterated.args[0].value
-    if not isinstance(iterated, cst.Call):
+    if type(iterated) is not cst.Call:
         return False, None
     name = dotted_name(iterated.func) or ""
     args = positional_args(iterated)
@@ -267,7 +267,7 @@ def accumulation(loop: cst.CSTNode, bindings: Bindings) -> Accumulation | None:
         if any(isinstance(node, LOOPS) for node in around):
             continue
         for inner in _inner_loops(events):
-            micro, count = _micro_batch_count(inner) if isinstance(inner, cst.For) else (False, None)
+            micro, count = _micro_batch_count(inner) if type(inner) is cst.For else (False, None)
             inside = tuple(b for b, outer in events.backwards if inner in outer)
             if micro and inside and not any(inner in outer for _, outer in events.steps) \
                     and not _cleared_before_step(loop, inner, call, bindings):
@@ -276,7 +276,7 @@ def accumulation(loop: cst.CSTNode, bindings: Bindings) -> Accumulation | None:
     found = None
     for call, around in events.steps:
         guard = next((node for node in around
-                      if isinstance(node, cst.If) and _periodic_guard(node.test, bindings) is not None), None)
+                      if type(node) is cst.If and _periodic_guard(node.test, bindings) is not None), None)
         if guard is not None:
             outside = tuple(b for b, where in events.backwards if guard not in where and not events.paired(where))
         else:

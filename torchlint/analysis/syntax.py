@@ -22,11 +22,14 @@ from torchlint.analysis.walk import visit
 
 def dotted_name(expr: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
+    # `type() is`: LibCST's node classes are ABCs, whose isinstance takes a Python call when it fails
+    if type(expr) is cst.Name:
+        return expr.value
     parts = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:
         parts.append(expr.attr.value)
         expr = expr.value
-    if not isinstance(expr, cst.Name):
+    if type(expr) is not cst.Name:
         return None
     parts.append(expr.value)
     return ".".join(reversed(parts))

@@ -159,6 +159,38 @@ def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
         on_leave(pending.pop()[1])
 
 
+_BASE_ON_VISIT = cst.CSTVisitor.on_visit
+_BASE_ON_LEAVE = cst.CSTVisitor.on_leave
+
+
 def visit(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
-    """``root.visit(visitor)`` for a read-only visitor, on the fast walk."""
-    walk(root, visitor.on_visit, visitor.on_leave)
+    """``root.visit(visitor)`` for a read-only visitor, on the fast walk. A visitor that keeps
+    LibCST's ``on_visit``/``on_leave`` (it defines ``visit_<Node>``/``leave_<Node>`` methods) is
+    called only for the node types it has methods for: LibCST's own dispatch looks the method up
+    by name at every node."""
+    kind = type(visitor)
+    if kind.on_visit is not _BASE_ON_VISIT or kind.on_leave is not _BASE_ON_LEAVE:
+        walk(root, visitor.on_visit, visitor.on_leave)
+        return
+    methods: dict[type, tuple] = {}  # node type -> (its visit_ method or None, its leave_ method or None)
+    nodes, ends, index = flat(root)
+    stop = ends[index]
+    pending: list[tuple[int, Callable, cst.CSTNode]] = []  # leave_ calls due where a subtree ends
+    while index < stop:
+        while pending and pending[-1][0] <= index:
+            _, leave, node = pending.pop()
+            leave(node)
+        node = nodes[index]
+        found = methods.get(type(node))
+        if found is None:
+            name = type(node).__name__
+            found = methods[type(node)] = (getattr(visitor, f"visit_{name}", None),
+                                           getattr(visitor, f"leave_{name}", None))
+        on_visit, on_leave = found
+        descend = on_visit(node) if on_visit is not None else True
+        if on_leave is not None:
+            pending.append((ends[index], on_leave, node))
+        index = index + 1 if descend is not False else ends[index]
+    while pending:
+        _, leave, node = pending.pop()
+        leave(node)
