@@ -77,8 +77,9 @@ import re
 import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
-from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines,
-                                     calls_model, is_periodic_test, iterated_name)
+from torchlint.analysis.conditions import is_periodic_test
+from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines, calls_model,
+                                     iterated_name)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.fixes import removal_edit
 from torchlint.rule import Rule, SyntaxIndex

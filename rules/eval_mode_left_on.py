@@ -88,8 +88,9 @@ from functools import cached_property
 
 import libcst as cst
 
+from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call, is_last_iteration_test,
+from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call,
                                       with_item_disables_grad)
 from torchlint.analysis.syntax import dotted_name, find_keyword, function_parameters, is_literal, method_call
 from torchlint.analysis.walk import walk

@@ -84,7 +84,8 @@ import libcst as cst
 
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
-from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines, is_periodic_test
+from torchlint.analysis.conditions import is_periodic_test
+from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
 from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit

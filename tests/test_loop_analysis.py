@@ -11,7 +11,7 @@ import pytest
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import argument_for, function_of_call, path_to, reaching_assignments
-from torchlint.analysis.loops import is_last_iteration_test
+from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.losses import Losses, first_input
 from torchlint.analysis.steps import accumulation, clears_gradients, optimizer_like, stepped_optimizer
 from torchlint.analysis.walk import walk

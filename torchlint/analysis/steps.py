@@ -21,7 +21,8 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.loops import LOOPS, ast_training_loop_lines, is_backward_call, is_periodic_test
+from torchlint.analysis.conditions import is_periodic_test
+from torchlint.analysis.loops import LOOPS, ast_training_loop_lines, is_backward_call
 from torchlint.analysis.syntax import contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 

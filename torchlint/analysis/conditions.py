@@ -1,0 +1,73 @@
+"""Loop conditions: does a test hold on every k-th step (``if step % 100 == 0:``), or only on the
+last iteration of the loop around it (``if i == len(loader) - 1:``)? Rules ask it of the ``if``
+around a call to tell a per-step cost from a periodic or a final one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from torchlint.analysis.syntax import names_in, target_names
+from torchlint.analysis.walk import visit
+
+
+class _RemainderFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        # `step % 100`, not `"%d" % step`
+        if type(node.operator) is cst.Modulo and not isinstance(
+                node.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+            self.found = True
+
+
+def is_periodic_test(test: cst.BaseExpression) -> bool:
+    """A condition that holds every k-th step: it takes a remainder (``step % 100 == 0``)."""
+    finder = _RemainderFinder()
+    visit(test, finder)
+    return finder.found
+
+
+def is_last_iteration_test(test: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+    """A condition that holds only on the last iteration of a ``for`` loop: the loop's index
+    compared with the length of what it runs over (``i == len(steps) - 1``,
+    ``batch + 1 == len(loader)``, ``i >= len(batches) - 1``)."""
+    if type(loop) is not cst.For or type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    comparison = test.comparisons[0]
+    if type(comparison.operator) not in (cst.Equal, cst.GreaterThanEqual, cst.LessThanEqual):
+        return False
+    index = target_names(loop.target)
+    sides = (test.left, comparison.comparator)
+    return any(_only_names(side, index) and _takes_length(other) for side, other in (sides, sides[::-1]))
+
+
+def _only_names(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """An expression of the loop's index and constants only (``i``, ``i + 1``)."""
+    written = names_in(expr)
+    return bool(written) and written <= names and not _has_call(expr)
+
+
+def _takes_length(expr: cst.BaseExpression) -> bool:
+    """``len(x) - 1``: an expression that calls ``len``."""
+    found = []
+    visit(expr, _CallFinder(found, lambda call: type(call.func) is cst.Name and call.func.value == "len"))
+    return bool(found)
+
+
+def _has_call(expr: cst.BaseExpression) -> bool:
+    found = []
+    visit(expr, _CallFinder(found, lambda call: True))
+    return bool(found)
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, found: list, wanted: Callable[[cst.Call], bool]) -> None:
+        self.found = found
+        self.wanted = wanted
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.wanted(node):
+            self.found.append(node)
