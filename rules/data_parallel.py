@@ -186,7 +186,7 @@ class DataParallel(Rule):
             evaluated = True
         leaves = isinstance(parent, cst.Return) or (bound is not None and bound.startswith("self."))
         if not leaves and bound is not None:
-            function = next((node for node in reversed(ancestors) if isinstance(node, cst.FunctionDef)), None)
+            function = self.ctx.enclosing_function()
             leaves = function is not None and any(
                 returned.value is not None and dotted_name(returned.value) == bound
                 for returned in returns_of(function))

@@ -223,12 +223,12 @@ def _ast_near_backward(index: SyntaxIndex, node: ast.AST) -> bool:
     ``with`` inside a training loop, or a Lightning fit or ``training_step`` in its text."""
     if ast_training_loop_lines(index)[node.lineno]:
         return True
+    lines = index.memo("source_lines", index.source.splitlines)
     around = [f for f in index.nodes(*AST_FUNCTIONS) if f.lineno <= node.lineno <= f.end_lineno]
-    first, last = (span(min(around, key=lambda f: f.end_lineno - f.lineno)) if around
-                   else (1, len(index.source.splitlines()) + 1))
+    first, last = span(min(around, key=lambda f: f.end_lineno - f.lineno)) if around else (1, len(lines))
     if any(first <= call.lineno <= last for call in index.calls(*BACKWARD_CALLEES)):
         return True
-    text = "\n".join(index.source.splitlines()[first - 1:last])
+    text = "\n".join(lines[first - 1:last])
     return ".fit(" in text or "training_step" in text
 
 

@@ -56,8 +56,12 @@ def test_statement_by_statement_positions_match_the_whole_render(name):
     nodes = [node for node in nodes if node is not module]
     found = positions._positions_by_statement(module, nodes, SourceText(source), statement_lines)
     assert found is not None
+    spans, indents = found
+    blocks = positions._block_indents(module, nodes)
     for node in nodes:
-        assert found[node] == expected[id(node)], (name, node)
+        assert spans[node] == expected[id(node)], (name, node)
+        # what a fix's render is indented by (a node left out is found by _block_indents itself)
+        assert indents.get(id(node), blocks[id(node)]) == blocks[id(node)], (name, node)
 
 
 def test_a_statement_that_does_not_match_the_source_falls_back():
@@ -86,7 +90,7 @@ def test_the_engine_renders_only_the_statements_with_findings(monkeypatch):
 
 def test_statement_by_statement_positions_match_the_whole_render_on_every_fixture():
     """Every fixture of the rules, every node: the innermost statement's render gives the whole
-    module's positions. (On 930 files of the training corpus, timm and pytorch-lightning, all
+    module's positions, and its blocks are the node's. (On 930 files of the training corpus, timm and pytorch-lightning, all
     nodes matched too, without a fallback to the whole render.)"""
     from pathlib import Path
 
@@ -108,6 +112,8 @@ def test_statement_by_statement_positions_match_the_whole_render_on_every_fixtur
         if found is None:
             fell_back.append(path.name)
             continue
-        expected = all_positions(module)
-        assert all(found[node] == expected[id(node)] for node in nodes), path
+        spans, indents = found
+        expected, blocks = all_positions(module), positions._block_indents(module, nodes)
+        assert all(spans[node] == expected[id(node)] and indents.get(id(node), blocks[id(node)]) == blocks[id(node)]
+                   for node in nodes), path
     assert fell_back == []

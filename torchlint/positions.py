@@ -23,12 +23,13 @@ def resolve_reports(ctx: RuleContext, module: cst.Module, source: str,
                     statement_lines: list[int] | None) -> list[Diagnostic]:
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
     text = SourceText(source)
-    wanted = {id(r.node) for r in ctx.reports} | {id(e.node) for r in ctx.reports if r.fix for e in r.fix.edits}
     nodes = [r.node for r in ctx.reports] + [e.node for r in ctx.reports if r.fix for e in r.fix.edits]
-    positions = statement_lines is not None and _positions_by_statement(module, nodes, text, statement_lines) \
-        or _positions(module, wanted)
+    found = _positions_by_statement(module, nodes, text, statement_lines) if statement_lines is not None else None
+    positions, indents = found if found is not None else (_positions(module, {id(node) for node in nodes}), {})
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
-    indents = _block_indents(module, replaced) if replaced else {}
+    unknown = [node for node in replaced if id(node) not in indents]  # each node's blocks are its statement's
+    if unknown:
+        indents.update(_block_indents(module, unknown))
     diagnostics = []
     seen = set()
     for report in ctx.reports:
@@ -86,10 +87,12 @@ def _positions(module: cst.Module, wanted: set[int]) -> dict:
 
 
 def _positions_by_statement(module: cst.Module, wanted: list[cst.CSTNode], text: SourceText,
-                            statement_lines: list[int]) -> dict | None:
+                            statement_lines: list[int]) -> tuple[dict, dict[int, list[str]]] | None:
     """The positions of the ``wanted`` nodes, rendering only the innermost statement that holds
     each (a line of simple statements, or a compound statement), from the line where CPython's
     tree starts it, with its block's indentation: a few lines for a finding in a large function.
+    With them, each node's block indentation (its statement's, as _block_indents would find it;
+    left out inside a ``match``, whose cases add their own).
     None when a wanted node is outside every statement, the two trees do not pair their statements,
     or a rendered statement is not the source's text at that line: then the module is rendered as
     a whole."""
@@ -99,6 +102,7 @@ def _positions_by_statement(module: cst.Module, wanted: list[cst.CSTNode], text:
     nodes, ends, _ = flat(module)
     starts = [flat(statement.node)[2] for statement in statements]
     chosen: dict[int, _Statement] = {}
+    indents: dict[int, list[str]] = {}
     for node in wanted:
         found_nodes, _, index = flat(node)
         if found_nodes is not nodes:
@@ -109,6 +113,8 @@ def _positions_by_statement(module: cst.Module, wanted: list[cst.CSTNode], text:
         if position < 0:
             return None
         chosen[position] = statements[position]
+        if type(statements[position].node) is not cst.Match:  # in a case, the case's indent counts too
+            indents[id(node)] = list(statements[position].indents)
     provider = PositionProvider()
     for position in sorted(chosen):
         statement = chosen[position]
@@ -125,7 +131,7 @@ def _positions_by_statement(module: cst.Module, wanted: list[cst.CSTNode], text:
         if written != rendered and not (start + len(written) == len(text.text) and rendered.startswith(written)
                                         and not rendered[len(written):].strip()):
             return None  # (at the end of a file without a final newline, the render adds one)
-    return provider._computed
+    return provider._computed, indents
 
 
 @dataclass
@@ -211,18 +217,25 @@ class _IndentFinder(cst.CSTVisitor):
         self.default = module.default_indent
         self.targets = {id(node) for node in targets}
         self.stack: list[str] = []
+        self.cases: list[str] = []  # the indentation of the cases of each `match` around
         self.found: dict[int, list[str]] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self.targets:
             self.found[id(node)] = list(self.stack)
-        if isinstance(node, cst.IndentedBlock):
+        if type(node) is cst.IndentedBlock:
             self.stack.append(self.default if node.indent is None else node.indent)
+        elif type(node) is cst.Match:
+            self.cases.append(self.default if node.indent is None else node.indent)
+        elif type(node) is cst.MatchCase:  # a case is indented within its `match`, its block within it
+            self.stack.append(self.cases[-1])
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, cst.IndentedBlock):
+        if type(original_node) in (cst.IndentedBlock, cst.MatchCase):
             self.stack.pop()
+        elif type(original_node) is cst.Match:
+            self.cases.pop()
 
 
 def _block_indents(module: cst.Module, nodes: list[cst.CSTNode]) -> dict[int, list[str]]:

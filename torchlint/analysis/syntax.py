@@ -386,7 +386,7 @@ def code_text(source: str) -> str:
 
 
 def whole_word(text: str, start: int, end: int) -> bool:
-    """Is ``text[start:end]`` a word of its own (no letter, digit or ``_`` on either side)? What
+    r"""Is ``text[start:end]`` a word of its own (no letter, digit or ``_`` on either side)? What
     ``\b`` checks, for text prefilters that find a word with ``str.find`` or a regex that starts
     with a literal: a regex that opens with ``\b`` tries every position of the text, ten to thirty
     times slower on large files."""
@@ -396,7 +396,7 @@ def whole_word(text: str, start: int, end: int) -> bool:
 
 
 def has_word(text: str, word: str) -> bool:
-    """``re.search(rf"\b{word}\b", text)``, for a word that starts and ends with a word character."""
+    r"""``re.search(rf"\b{word}\b", text)``, for a word that starts and ends with a word character."""
     start = text.find(word)
     while start != -1:
         if whole_word(text, start, start + len(word)):
