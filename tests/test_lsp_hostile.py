@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("pygls")
 
+from torchlint.lsp import DEBOUNCE_SECONDS, _debounce_seconds  # noqa: E402 - pygls first
+
 TIMEOUT = 30  # seconds to wait for an answer: generous for a loaded machine, finite for a hung server
 
 
@@ -179,3 +181,11 @@ def test_linting_runs_off_the_message_loop(monkeypatch):
 
     assert asyncio.run(scenario())
     server.lint_thread.shutdown()
+
+
+@pytest.mark.parametrize("value, seconds", [
+    (None, DEBOUNCE_SECONDS), ("0", 0.0), ("1.5", 1.5), ("600", 600.0),
+    ("soon", DEBOUNCE_SECONDS), ("-1", DEBOUNCE_SECONDS), ("nan", DEBOUNCE_SECONDS), ("inf", DEBOUNCE_SECONDS),
+])
+def test_the_pause_after_a_change_comes_from_the_environment(value, seconds):
+    assert _debounce_seconds(value) == seconds

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from torchlint.suppression import NOQA
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
 DEBOUNCE_SECONDS = 0.3
+DEBOUNCE_VARIABLE = "TORCHLINT_LSP_DEBOUNCE"  # seconds; a slow machine, or a test, may want another pause
 PYTHON_SUFFIXES = (".py", ".pyi")
 CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch", "targetGpu")
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
@@ -122,6 +124,21 @@ class TorchlintProtocol(LanguageServerProtocol):
         return (yield from super().lsp_notebook_document__did_change(params))
 
 
+def _debounce_seconds(value: str | None) -> float:
+    """The pause after the last change before a document is linted: ``TORCHLINT_LSP_DEBOUNCE``
+    (seconds, 0 or more) when it is set to one, else 0.3 s."""
+    if value is None:
+        return DEBOUNCE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        log.warning("%s=%r is not a number of seconds; using %s", DEBOUNCE_VARIABLE, value, DEBOUNCE_SECONDS)
+        return DEBOUNCE_SECONDS
+    return seconds
+
+
 class TorchlintServer(LanguageServer):
     def start_io(self, stdin=None, stdout=None) -> None:
         """Serve over stdio with a reader that no bad message can stop (torchlint/lsp_io.py)."""
@@ -141,6 +158,7 @@ class TorchlintServer(LanguageServer):
         # Linting runs here, one document at a time, never on the message loop.
         self.lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchlint-lint")
         self.reported_errors: set[str] = set()
+        self.debounce = _debounce_seconds(os.environ.get(DEBOUNCE_VARIABLE))
 
     # --- settings ---------------------------------------------------------------------------
 
@@ -289,9 +307,10 @@ class TorchlintServer(LanguageServer):
         if pending is not None:
             pending.cancel()
 
-    def publish_soon(self, uri: str, delay: float = DEBOUNCE_SECONDS) -> None:
-        """Publish once the document has stopped changing for ``delay`` seconds."""
+    def publish_soon(self, uri: str) -> None:
+        """Publish once the document has stopped changing for ``self.debounce`` seconds."""
         self.cancel_pending(uri)
+        delay = self.debounce
 
         async def later() -> None:
             await asyncio.sleep(delay)
