@@ -48,7 +48,9 @@ name is already an attribute of the class (set earlier in `__init__`, in a base 
 or at class level) or is later assigned something that is not a tensor; nor for a target torch
 older than 1.6 (no `persistent` argument). The rule does not fire for classes that are not modules
 (caches, samplers, logits processors keep tensors on purpose), nor when the name is already
-registered as a buffer.
+registered as a buffer, nor for a value that mentions the rank, in itself or through the names of
+`__init__` it reads (`r = dist.get_rank()`, then `torch.full((1,), r, ...)`): under DDP, buffers
+are broadcast from rank 0, so every rank would get rank 0's value.
 
 ## References
 
@@ -68,7 +70,7 @@ from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import ast_module_classes
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
-                                       function_parameters, is_literal, positional_args)
+                                       function_parameters, is_literal, names_in, positional_args)
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -158,12 +160,27 @@ class RegisterBuffer(Rule):
             return
         value, self_name, attribute = node.value, params[0], target.attr.value
         factory = self._factory_on_device(value)
-        if factory is None or self._registered(cls, attribute) or PER_RANK.search(self.ctx.code_for(value)):
+        if factory is None or self._registered(cls, attribute) or self._per_rank(value, function):
             return  # a value that differs per rank must not become a buffer: DDP broadcasts rank 0's
         written = f'{self_name}.register_buffer("{attribute}", ..., persistent=False)'
         self.report(node, f"`{self_name}.{attribute}` is a plain tensor attribute made on a device: `.to()`/`.cuda()` "
                           f"and DDP do not move it with the module; write `{written}`",
                     self._fix(node, cls, function, self_name, attribute, factory))
+
+    def _per_rank(self, value: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+        """Does the value mention the rank, itself or through the names of ``__init__`` it reads
+        (``r = dist.get_rank()``, ``gpu = int(os.environ["LOCAL_RANK"])``), a few assignments deep?"""
+        assigned = self.ctx.bindings.scope(function).assigned
+        pending, seen = [value], set()
+        while pending and len(seen) < 32:
+            expr = pending.pop()
+            if PER_RANK.search(self.ctx.code_for(expr)):
+                return True
+            for name in _names_read(expr):
+                if name not in seen:
+                    seen.add(name)
+                    pending += [v for v in assigned.get(name, ()) if v is not None]
+        return False
 
     def _is_module(self, cls: cst.ClassDef) -> bool:
         if cls.name.value in self.ctx.modules.classes:
@@ -283,6 +300,15 @@ class _SelfAssignments(cst.CSTVisitor):
         body = list(function.body.body)
         before = body[: body.index(statement)] if statement in body else body
         return any(line is not None and any(contains(b, line) for b in before) for line in self.lines)
+
+
+def _names_read(expr: cst.BaseExpression) -> set[str]:
+    """The names an expression reads, but for its ``device=`` argument: a tensor made on each
+    rank's own device holds the same values on every rank."""
+    if isinstance(expr, cst.Call):
+        parts = [expr.func, *(arg.value for arg in expr.args if not (arg.keyword and arg.keyword.value == "device"))]
+        return {name for part in parts for name in names_in(part)}
+    return names_in(expr)
 
 
 def _plain_targets(small: cst.BaseSmallStatement) -> set[str]:
