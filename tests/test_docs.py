@@ -5,6 +5,7 @@ its Use instead does not."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -79,3 +80,14 @@ def test_use_instead_parses_and_is_clean(rule, tmp_path):
     instead = first_block(rule.docs(), "Use instead")
     assert instead is not None, f"{rule.code}: the Use instead section has no ```python block"
     assert findings_of(rule, instead, tmp_path) == [], f"{rule.code}: its Use instead block fires it"
+
+
+def test_the_readme_names_the_rules_quiet_in_test_code_beyond_performance():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Test code", 1)[1].split("\n### ", 1)[0]
+    named = set(re.findall(r"\bTL\d{3}\b", section))
+    assert named == {rule.code for rule in all_rules() if rule.quiet_in_tests and rule.kind != "performance"}
+    pages = docs.render()
+    for rule in all_rules():
+        row = "| In test code | not reported" if rule.silent_in_test_code() else "| In test code | reported |"
+        assert row in pages[f"{rule.code}.md"], rule.code

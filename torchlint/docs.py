@@ -26,6 +26,14 @@ FAMILIES = {"0": "tool", "1": "memory and autograd", "2": "devices and transfers
             "8": "host syncs and loop hygiene", "9": "Lightning"}
 
 
+# Test code: test files (test_*.py, *_test.py, conftest.py, under tests/ or testing/), test_*
+# functions that the file does not call itself, and unittest TestCase methods (Programs.in_test_code).
+TEST_CODE_TEXT = {
+    True: "not reported (a test's speed is not the point; see the README's \"Test code\")",
+    False: "reported",
+}
+
+
 def rule_page(rule: type[Rule]) -> str:
     """The Markdown page of one rule: a metadata table, then the rule's own documentation."""
     rows = [
@@ -35,6 +43,7 @@ def rule_page(rule: type[Rule]) -> str:
         ("Default severity", rule.severity.name.lower()),
         ("Fix", FIX_TEXT[rule.fix_applicability]),
         ("Enabled by default", "yes" if rule.default_enabled else "no (select it with `--select` or `extend-select`)"),
+        ("In test code", TEST_CODE_TEXT[rule.silent_in_test_code()]),
     ]
     if rule.torch_versions:
         rows.append(("Target torch", f"`{rule.torch_versions}`"))
