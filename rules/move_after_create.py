@@ -115,8 +115,11 @@ class MoveAfterCreate(Rule):
             return  # TL102 requires-grad-then-move; or a tensor the move does not make faster
         made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
         shown = f"{made}.{move.method}(...)"
-        self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; create it on the device "
-                                  "with `device=`", create_on_device(self, node, factory_call, factory, move))
+        advice = "create it on the device with `device=`"
+        if find_keyword(factory_call, "generator") is not None:  # a CPU generator cannot drive a GPU factory
+            advice += " and a generator made on that device (`torch.Generator(device=...)`)"
+        self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; {advice}",
+                    create_on_device(self, node, factory_call, factory, move))
 
     def _bound_then_moved(self, node: cst.Call) -> None:
         """``z = torch.randn(n, d)`` ... ``z = z.to(device)``: the same host fill and copy, across
