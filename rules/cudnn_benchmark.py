@@ -71,7 +71,7 @@ for images, labels in loader:
 Unsafe: the chosen algorithms may differ from run to run (timing noise), so results are no longer
 bitwise reproducible, and each new input shape pays a benchmarking pass, which makes inputs whose
 shape changes every batch (variable-length sequences, multi-scale training) slower, not faster.
-The rule stays silent when the file's code (not a comment or docstring) mentions `cudnn.benchmark`
+The rule stays silent when the file's code (not a comment, docstring or printed message) mentions `cudnn.benchmark`
 or `cudnn.deterministic` at all, or
 calls `torch.use_deterministic_algorithms` (deterministic mode is detected through any import
 spelling, so this rule and `deterministic-algorithms` never give contradicting advice), and when it shows signs of inputs of varying shape

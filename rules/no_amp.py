@@ -7,7 +7,8 @@ library that manages precision itself (Accelerate, Lightning Fabric, DeepSpeed).
 with an `if __name__ == "__main__":` block or a training loop outside any function; modules that
 other code imports (test helpers, libraries) are left alone, since the precision of a run is the
 program's choice. It reports once per training loop, on its first `backward()` call. The file's
-code decides, never its comments or docstrings ("mixed precision is planned" is not autocast).
+code decides, never its comments, docstrings or prose strings (a help text or a printed message:
+"mixed precision is planned" is not autocast); strings that are values (`precision="bf16-mixed"`) count.
 
 ## Why is it slow
 

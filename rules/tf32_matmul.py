@@ -9,8 +9,8 @@ neither `torch.set_float32_matmul_precision("high")` nor `torch.backends.cuda.ma
 belong in the program, not in modules that other code imports), on its first training loop that running
 the file reaches (a loop in a class or function that the script never names, such as a library
 `Trainer` beside a `__main__` block that only samples, is not the script's).
-The file's code decides, never its comments or docstrings: a docstring that plans mixed precision
-silences nothing.
+The file's code decides, never its comments, docstrings or prose strings (help texts, printed
+messages): a docstring that plans mixed precision silences nothing.
 
 ## Why is it slow
 

@@ -112,3 +112,18 @@ def test_word_prefilters_answer_as_their_word_boundary_regexes(text):
     assert mentions_cuda(text) == bool(re.search(r"\bcuda\b", text))
     assert uses_reduced_precision(text) == bool(reduced.search(text))
     assert LoadWeightsOnly.applies(text) == bool(re.search(r"\bload\s*\(", text))
+
+
+@pytest.mark.parametrize("source, kept, blanked", [
+    ('"""Mixed precision is planned."""\nx = 1  # autocast later\n', "x = 1", "autocast"),
+    ('p.add_argument("--amp", help="bfloat16 autocast is not supported")\n', '"--amp"', "autocast"),
+    ('print("set cudnn.benchmark = True")\nprecision = "bf16-mixed"\n', '"bf16-mixed"', "benchmark"),
+    ("NOTE = '''float16\nlater'''\ndtype = 'float16'\n", "'float16'", "later"),
+    ('log(f"autocast {x} soon")\n', "log(", "autocast"),
+])
+def test_code_text_keeps_values_and_blanks_prose(source, kept, blanked):
+    from torchlint.analysis.syntax import code_text
+
+    code = code_text(source)
+    assert kept in code and blanked not in code
+    assert [len(line) for line in code.splitlines()] == [len(line) for line in source.splitlines()]

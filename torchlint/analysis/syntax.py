@@ -350,12 +350,23 @@ def ast_first_line(node: ast.AST) -> int:
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
 
 
+_FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", -1)
+
+
+def _is_prose(literal: str) -> bool:
+    """Is a string literal prose (a message, a help text: whitespace between its quotes) rather
+    than a value that sets something (``"bf16-mixed"``, ``"cuda:0"``, ``"high"``)?"""
+    body = literal.lstrip("rRbBuUfF")
+    quote = 3 if body[:3] in ('"""', "'''") else 1
+    return any(character.isspace() for character in body[quote:len(body) - quote])
+
+
 def code_text(source: str) -> str:
-    """The source with its comments and its string statements (docstrings) blanked out, lines and
-    columns kept: what a file *does* say, for rules that decide from the presence of a word
-    (``autocast``, ``cudnn.benchmark``). A docstring that plans mixed precision is not mixed
-    precision. Strings that are values (``precision="bf16-mixed"``) stay. Text that does not
-    tokenize comes back as it is."""
+    """The source with its comments, its string statements (docstrings) and its prose strings
+    blanked out, lines and columns kept: what a file *does* say, for rules that decide from the
+    presence of a word (``autocast``, ``cudnn.benchmark``). A docstring, a help text or a printed
+    message that plans mixed precision is not mixed precision. Strings that are values
+    (``precision="bf16-mixed"``) stay. Text that does not tokenize comes back as it is."""
     lines = source.splitlines(keepends=True)
     blanks: list[tuple[tuple[int, int], tuple[int, int]]] = []
     previous = tokenize.NEWLINE
@@ -372,6 +383,9 @@ def code_text(source: str) -> str:
                 blanks.append((pending.start, pending.end))
             pending = token if kind == tokenize.STRING and previous in (
                 tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) else None
+            if kind == tokenize.STRING and pending is None and _is_prose(token.string) \
+                    or kind == _FSTRING_MIDDLE and any(character.isspace() for character in token.string):
+                blanks.append((token.start, token.end))  # from Python 3.12, an f-string's text is its own token
             previous = kind
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return source
