@@ -79,3 +79,10 @@ def test_a_float_target_torch_is_refused_rather_than_read_as_2_1(project):
     write_config(project, "torchlint.yaml", b"target-torch: 2.10\n")
     with pytest.raises(ConfigError, match="quote"):
         resolve_settings(project / "train.py")
+
+
+def test_a_toml_float_target_torch_is_refused_rather_than_read_as_2_1(project):
+    # the issue's own case: `target-torch = 2.10` in pyproject.toml is the TOML float 2.1
+    write_config(project, "pyproject.toml", b"[tool.torchlint]\ntarget-torch = 2.10\n")
+    with pytest.raises(ConfigError, match=r"quotes.*2\.10"):
+        resolve_settings(project / "train.py")
