@@ -969,3 +969,36 @@ def test_functions_are_summarized_when_asked(tmp_path):
     modules.summaries.resolve_call(str(tmp_path / "train.py"), "log_step", "fit")
     consulted = modules.summaries.consulted(tmp_path / "train.py")
     assert consulted == {str(tmp_path / name) for name in ("train.py", "utils.py")}
+
+
+def test_trees_let_go_come_back_with_the_same_summaries(tmp_path):
+    nested = "def outer(loss):\n    def inner(t):\n        def deepest(u):\n            return u.item()\n" \
+             "        return deepest(t)\n    return inner(loss)\n"
+    source = textwrap.dedent(GRAD) + textwrap.dedent(METERS) + nested
+    whole = summarize_module(ast.parse(source), source, "m.py")
+    whole.summarize_all()
+
+    module = summarize_module(ast.parse(source), source, "m.py")
+    module.function("outer")  # registers outer.inner: let go before it is summarized
+    reloads = []
+    module.release_trees(lambda: reloads.append(1) or summarize_module(ast.parse(source), source, "m.py"))
+    assert not module.holds_trees() and reloads == []
+    assert module.function("outer.inner.deepest") == whole.functions["outer.inner.deepest"] and reloads == [1]
+    assert module.function("outer.inner") == whole.functions["outer.inner"]
+    module.summarize_all()
+    assert module.functions == whole.functions and reloads == [1]
+
+
+def test_a_long_run_keeps_the_trees_of_recent_modules_only(tmp_path, monkeypatch):
+    import torchlint.analysis.project as project
+
+    monkeypatch.setattr(project, "RETAINED_SOURCE", 1)  # one module's trees at a time
+    files = {f"m{i}.py": f"def f{i}(loss):\n    return loss.item()\n" for i in range(3)}
+    write(tmp_path, files)
+    modules = ProjectModules(tmp_path)
+    loaded = [modules.summary(str(tmp_path / name)) for name in files]
+    assert [summary.holds_trees() for summary in loaded] == [False, False, True]
+    assert [modules.summary(str(tmp_path / name)) for name in files] == loaded  # the index stays
+    assert loaded[0].function("f0").host_syncs[0].effect.what == "loss.item()"  # parsed again
+    (tmp_path / "m1.py").write_text("x = 1\n")
+    assert loaded[1].function("f1") is None  # the file changed: what it held is not guessed

@@ -8,8 +8,12 @@ the project root and the configured ``src`` roots; the first ``a/b.py`` or ``a/b
 found wins. Only files under the project root count: anything else (torch, numpy, a module not
 found) is unknown.
 
-Each file is read, hashed, parsed and indexed once per process (kept by path and content hash);
-``refresh()`` drops the files changed on disk since (the language server calls it when files
+Each file is read, hashed, parsed and indexed when first asked for (kept by path and content
+hash). A summary parsed from the disk keeps the CPython trees of its functions until they are
+summarized; so that a run over a large project (torch's own sources) does not keep the trees of
+every module it ever consulted, at most ``RETAINED_SOURCE`` bytes of such modules keep them, the
+least recently asked for letting go first (their index stays; a function asked for later is
+parsed again). ``refresh()`` drops the files changed on disk since (the language server calls it when files
 change). With ``cache_dir``, complete local summaries are kept on disk as JSON, keyed by path and
 content hash, so that a later run does not parse unchanged helpers; an unreadable, corrupt or
 stale entry is a miss.
@@ -40,6 +44,8 @@ WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
                           r"[ \t]+import[ \t]*(?:\((?P<grouped>[^)]*)\)|(?P<names>[\w., \t*]+)))", re.MULTILINE)
 _COMMENT = re.compile(r"#[^\n]*")
+# Source bytes of parsed modules kept loaded: a CPython tree takes about 35 bytes per byte of source.
+RETAINED_SOURCE = 2_000_000
 
 
 class ProjectModules:
@@ -57,7 +63,9 @@ class ProjectModules:
         self._given: tuple = ("", None, None)  # the last text given to _text_index, and its index
         self._unreached: set[tuple[str, str]] = set()
         self._reached: set[tuple[str, str]] = set()  # (file, word) known to reach the word
-        self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file  # (file, word): nothing the file reaches holds it
+        self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file
+        self._digests: dict[str, str] = {}  # every file summarized, by the hash of the content it was read with
+        self._retained: dict[str, int] = {}  # loaded files that hold trees -> their size, least recently used first
 
     @cached_property
     def summaries(self) -> Summaries:
@@ -71,7 +79,41 @@ class ProjectModules:
         loaded = self._loaded.get(path)
         if loaded is None:
             loaded = self._loaded[path] = self._load(path)
+            if loaded[0]:
+                self._digests[path] = loaded[0]
+            if loaded[1] is not None and loaded[1].holds_trees():
+                self._retain(path)
+        elif path in self._retained:
+            self._retained[path] = self._retained.pop(path)  # now the most recently used
         return loaded[1]
+
+    def _retain(self, path: str) -> None:
+        """Count a loaded file whose summary holds trees; past ``RETAINED_SOURCE``, the least
+        recently used others let their trees go (their index stays)."""
+        stamp = self._loaded[path][2]
+        self._retained[path] = stamp[1] if stamp else 0
+        total = sum(self._retained.values())
+        for oldest in list(self._retained):
+            if total <= RETAINED_SOURCE or oldest == path:
+                break
+            total -= self._retained.pop(oldest)
+            digest, summary, _ = self._loaded[oldest]
+            summary.release_trees(lambda oldest=oldest, digest=digest: self._reparse(oldest, digest))
+
+    def _reparse(self, path: str, digest: str) -> ModuleSummary | None:
+        """A fresh summary, with its trees, of a file whose trees were let go; None when the file
+        no longer holds the text it was summarized from."""
+        try:
+            raw = Path(path).read_bytes()
+            if hashlib.sha256(raw).hexdigest() != digest:
+                return None
+            source = decode_source(raw)[0]
+            summary = summarize_module(ast.parse(source), source, path)
+        except (OSError, SourceDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        if path in self._loaded:
+            self._retain(path)
+        return summary
 
     def use_source(self, path: str, source: str, tree: ast.Module | None = None) -> ModuleSummary | None:
         """Summarize a file from the text given (the file being linted, an editor's unsaved
@@ -108,6 +150,7 @@ class ProjectModules:
         self._imports.clear()
         for path in changed:
             del self._loaded[path]
+            self._retained.pop(path, None)
         if changed:
             self.summaries.clear()
         return changed
@@ -120,8 +163,9 @@ class ProjectModules:
         found = []
         for other in sorted(self.summaries.consulted(path) - {path}):
             loaded = self._loaded.get(other)
-            if loaded is not None and loaded[0]:
-                found.append((Path(other), loaded[0]))
+            digest = loaded[0] if loaded is not None else self._digests.get(other)
+            if digest:
+                found.append((Path(other), digest))
         return found
 
     def _load(self, path: str) -> tuple[str, ModuleSummary | None, tuple[int, int] | None]:

@@ -381,6 +381,36 @@ class ModuleSummary:
         self.functions: dict[str, FunctionSummary] = functions or {}
         self._pending: dict[str, tuple[ast.AST, str | None]] = {}  # qualname -> (its def, its class)
         self._summarizer = summarizer
+        self._released: set[str] = set()  # functions whose trees were let go (release_trees)
+        self._reload: typing.Callable[[], ModuleSummary | None] | None = None
+
+    def holds_trees(self) -> bool:
+        """Does the summary keep syntax trees of functions not summarized yet?"""
+        return bool(self._pending)
+
+    def release_trees(self, reload: typing.Callable[[], ModuleSummary | None]) -> None:
+        """Let go of the trees of the functions not summarized yet, keeping the index; ``reload``
+        (a summary of a fresh parse of the same text, or None) gives them back when one is asked for."""
+        if self._pending:
+            self._released, self._pending = set(self._pending), {}
+            self._reload, self._summarizer = reload, None
+
+    def _restore(self) -> None:
+        """The trees of the released functions, from a fresh parse: a nested function is registered
+        when the function around it is summarized, so the fresh summary summarizes those first."""
+        fresh, self._reload = self._reload(), None
+        released, self._released = self._released, set()
+        if fresh is None:
+            return
+        for qualname in sorted(released, key=lambda name: name.count(".")):
+            parts = qualname.split(".")
+            for end in range(1, len(parts)):
+                if ".".join(parts[:end]) in fresh._pending:
+                    fresh.function(".".join(parts[:end]))
+            entry = fresh._pending.get(qualname)
+            if entry is not None:
+                self._pending[qualname] = entry
+        self._summarizer = fresh._summarizer
 
     def function(self, qualname: str) -> FunctionSummary | None:
         """The local summary of a function or method (``train_step``, ``Meter.update``,
@@ -388,6 +418,9 @@ class ModuleSummary:
         found = self.functions.get(qualname)
         if found is not None:
             return found
+        if self._reload is not None and (qualname in self._released
+                                         or qualname.rsplit(".", 1)[0] in self._released):
+            self._restore()
         entry = self._pending.get(qualname)
         if entry is None and "." in qualname:
             parent = qualname.rsplit(".", 1)[0]
