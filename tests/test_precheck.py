@@ -84,6 +84,8 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\nclass M:\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
     ("import torch\nclass Plan:\n    def run(self, x):\n        return self.step.forward(x)\n", "TL506"),
     ("import torch_tensorrt\nm = torch_tensorrt.compile(model)\n", "TLC001"),  # not torch.compile
+    ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
+     "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
     ("import torch\nwith torch.profiler.profile(enabled=False):\n    loss.backward()\n", "TL803"),  # switched off
     ("import torch\nwith torch.no_grad():\n    for p in params:\n        p.mul_(2)\n", "TL106"),  # runs no model
