@@ -62,6 +62,13 @@ def prechecked(source: str) -> set[str]:
     ("y = x.to('cpu').float().to(device)\n", "TL202"),
     ("import numpy as np\na = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
     ("from numpy import zeros as z\nt = torch.tensor(z(3))\n", "TL204"),
+    # compiled code: a function of the file compiled, a module class compiled, a compiled callable in a loop
+    ("import torch\ndef step(x):\n    print(x)\nfast = torch.compile(step)\n", "TLC001"),
+    ("import torch.nn as nn\nclass Net(nn.Module):\n    def forward(self, x):\n        return x.item()\n"
+     "net = Net().cuda()\nnet.compile()\n", "TLC001"),
+    ("import torch\n@torch.compile\ndef f(x, n):\n    return x * n\nfor step in range(9):\n    f(x, step)\n", "TLC003"),
+    ("import torch\n@torch.compile\ndef step(x, n):\n    return x[:, :n]\nfor i in range(9):\n    step(x, i)\n",
+     "TLC004"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -84,6 +91,11 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\nclass M:\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
     ("import torch\nclass Plan:\n    def run(self, x):\n        return self.step.forward(x)\n", "TL506"),
     ("import torch_tensorrt\nm = torch_tensorrt.compile(model)\n", "TLC001"),  # not torch.compile
+    ("import torch\ndef build(gm):\n    return torch.compile(gm)\n", "TLC001"),  # nothing of the file compiled
+    ("import torch\nclass Cache:\n    def load(self):\n        return self.kernel.compile(self.src)\n", "TLC001"),
+    ("import torch\nfast = torch.compile(step)\nfor i in range(9):\n    other(x, i)\n", "TLC003"),  # not called
+    ("import torch\nfast = torch.compile(step)\ntorch._dynamo.mark_dynamic(x, 0)\nfor i in range(9):\n"
+     "    fast(x[:i])\n", "TLC004"),  # a shape marked dynamic
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names

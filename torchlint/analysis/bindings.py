@@ -10,15 +10,20 @@ scopes are functions and the module.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (dotted_name, function_parameters, literal_value, same_literal, small_statements,
-                                       statements)
+from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal,
+                                       small_statements, statements)
 from torchlint.analysis.walk import walk
+
+if TYPE_CHECKING:
+    from torchlint.analysis.index import SyntaxIndex
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),
 # "walrus" (:=), "for", "with", "param", "def", "class".
@@ -306,3 +311,20 @@ class _Collector:
     def on_leave(self, node: cst.CSTNode) -> None:
         if type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
             self.stack.pop()
+
+
+def ast_values(index: SyntaxIndex) -> dict[str, list[ast.expr]]:
+    """The precheck twin of ``Bindings.values``: every value the file assigns to a (dotted) name
+    as a whole (``=``, annotated with a value, ``:=``), by the name."""
+    def compute() -> dict[str, list[ast.expr]]:
+        found: dict[str, list[ast.expr]] = {}
+        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
+            if node.value is None:
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
+                name = ast_dotted_name(target)
+                if name is not None:
+                    found.setdefault(name, []).append(node.value)
+        return found
+    return index.memo("values", compute)
+
