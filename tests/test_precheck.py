@@ -69,6 +69,7 @@ def prechecked(source: str) -> set[str]:
     ("import torch\n@torch.compile\ndef f(x, n):\n    return x * n\nfor step in range(9):\n    f(x, step)\n", "TLC003"),
     ("import torch\n@torch.compile\ndef step(x, n):\n    return x[:, :n]\nfor i in range(9):\n    step(x, i)\n",
      "TLC004"),
+    ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, prefetch_factor=4)\n", "TL604"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -96,6 +97,8 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\nfast = torch.compile(step)\nfor i in range(9):\n    other(x, i)\n", "TLC003"),  # not called
     ("import torch\nfast = torch.compile(step)\ntorch._dynamo.mark_dynamic(x, 0)\nfor i in range(9):\n"
      "    fast(x[:i])\n", "TLC004"),  # a shape marked dynamic
+    ("from torch.utils.data import DataLoader\nl = DataLoader(ds, num_workers=n, persistent_workers=keep and n > 0)\n",
+     "TL604"),  # not a value known to need workers
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names

@@ -314,8 +314,8 @@ class _Collector:
 
 
 def ast_values(index: SyntaxIndex) -> dict[str, list[ast.expr]]:
-    """The precheck twin of ``Bindings.values``: every value the file assigns to a (dotted) name
-    as a whole (``=``, annotated with a value, ``:=``), by the name."""
+    """The precheck twin of ``Bindings.values`` without its Nones: every value the file assigns to
+    a (dotted) name as a whole (``=``, annotated with a value, ``:=``), by the name."""
     def compute() -> dict[str, list[ast.expr]]:
         found: dict[str, list[ast.expr]] = {}
         for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
