@@ -70,6 +70,7 @@ def prechecked(source: str) -> set[str]:
     ("import torch\n@torch.compile\ndef step(x, n):\n    return x[:, :n]\nfor i in range(9):\n    step(x, i)\n",
      "TLC004"),
     ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, prefetch_factor=4)\n", "TL604"),
+    ("import numpy as np\nimport torch\ndef f(path):\n    a = np.load(path)\n    return torch.tensor(a)\n", "TL204"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -99,6 +100,8 @@ def test_precheck_passes_the_shape(source, code):
      "    fast(x[:i])\n", "TLC004"),  # a shape marked dynamic
     ("from torch.utils.data import DataLoader\nl = DataLoader(ds, num_workers=n, persistent_workers=keep and n > 0)\n",
      "TL604"),  # not a value known to need workers
+    ("import numpy as np\ndef f(batch):\n    lam, mix = params(batch)\n    lam = np.concatenate((lam, lam))\n"
+     "    return torch.tensor(lam)\n", "TL204"),  # also bound by unpacking: not known to be an array
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names

@@ -328,3 +328,48 @@ def ast_values(index: SyntaxIndex) -> dict[str, list[ast.expr]]:
         return found
     return index.memo("values", compute)
 
+
+def ast_scope_bindings(index: SyntaxIndex, scope: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
+                       ) -> dict[str, list[ast.expr | None]]:
+    """The precheck twin of ``Bindings.scope(scope).assigned``: the plain names a function (or the
+    module) binds, with the value of each binding (None for one without: a parameter, a ``for`` or
+    ``with`` target, an unpacked or augmented target, a ``def`` or ``class``). Nested functions and
+    class bodies bind in scopes of their own; lambdas and comprehensions do not."""
+    def compute() -> dict[str, list[ast.expr | None]]:
+        found: dict[str, list[ast.expr | None]] = {}
+
+        def bind(target: ast.AST, value: ast.expr | None) -> None:
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, []).append(value)
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for element in target.elts:
+                    bind(element, None)
+            elif isinstance(target, ast.Starred):
+                bind(target.value, None)
+
+        stack: list[ast.AST] = list(ast.iter_child_nodes(scope))  # a function's decorators and defaults too
+        if not isinstance(scope, ast.Module):
+            arguments = scope.args
+            for parameter in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                              arguments.kwarg):
+                if parameter is not None:
+                    found.setdefault(parameter.arg, []).append(None)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(None)
+                continue
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, node.value)
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
+                bind(node.target, node.value)
+            elif isinstance(node, ast.AugAssign):
+                bind(node.target, None)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                bind(node.target, None)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                bind(node.optional_vars, None)
+            stack.extend(ast.iter_child_nodes(node))
+        return found
+    return index.memo(("scope_bindings", id(scope)), compute)
