@@ -71,6 +71,10 @@ def prechecked(source: str) -> set[str]:
      "TLC004"),
     ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, prefetch_factor=4)\n", "TL604"),
     ("import numpy as np\nimport torch\ndef f(path):\n    a = np.load(path)\n    return torch.tensor(a)\n", "TL204"),
+    ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=4)\nfor epoch in range(9):\n"
+     "    for batch in loader:\n        step(batch)\n", "TL603"),
+    ("from torch.utils.data import DataLoader\ndef train_dataloader(self):\n    return DataLoader(ds, num_workers=n)\n",
+     "TL603"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -102,6 +106,8 @@ def test_precheck_passes_the_shape(source, code):
      "TL604"),  # not a value known to need workers
     ("import numpy as np\ndef f(batch):\n    lam, mix = params(batch)\n    lam = np.concatenate((lam, lam))\n"
      "    return torch.tensor(lam)\n", "TL204"),  # also bound by unpacking: not known to be an array
+    ("from torch.utils.data import DataLoader\ndef make(ds):\n    return DataLoader(ds, num_workers=4)\n",
+     "TL603"),  # returned by a function that is no epoch hook
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
