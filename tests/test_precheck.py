@@ -75,6 +75,7 @@ def prechecked(source: str) -> set[str]:
      "    for batch in loader:\n        step(batch)\n", "TL603"),
     ("from torch.utils.data import DataLoader\ndef train_dataloader(self):\n    return DataLoader(ds, num_workers=n)\n",
      "TL603"),
+    ("from torch.nn.parallel import DistributedDataParallel as D\nm = D(net, find_unused_parameters=True)\n", "TL503"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -108,6 +109,7 @@ def test_precheck_passes_the_shape(source, code):
      "    return torch.tensor(lam)\n", "TL204"),  # also bound by unpacking: not known to be an array
     ("from torch.utils.data import DataLoader\ndef make(ds):\n    return DataLoader(ds, num_workers=4)\n",
      "TL603"),  # returned by a function that is no epoch hook
+    ("registry.register('ddp', find_unused_parameters=True)\n", "TL503"),  # not DDP
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
