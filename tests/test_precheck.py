@@ -76,6 +76,8 @@ def prechecked(source: str) -> set[str]:
     ("from torch.utils.data import DataLoader\ndef train_dataloader(self):\n    return DataLoader(ds, num_workers=n)\n",
      "TL603"),
     ("from torch.nn.parallel import DistributedDataParallel as D\nm = D(net, find_unused_parameters=True)\n", "TL503"),
+    ("import torch\ndef run(model, xs):\n    model.eval()\n    with torch.no_grad():\n        for x in xs:\n"
+     "            out = model(x)\n", "TL106"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -110,6 +112,8 @@ def test_precheck_passes_the_shape(source, code):
     ("from torch.utils.data import DataLoader\ndef make(ds):\n    return DataLoader(ds, num_workers=4)\n",
      "TL603"),  # returned by a function that is no epoch hook
     ("registry.register('ddp', find_unused_parameters=True)\n", "TL503"),  # not DDP
+    ("import torch\ndef init(self, x):\n    with torch.no_grad():\n        for m in self.backbone.modules():\n"
+     "            pass\n        o = self.backbone(x)\n    self.backbone.eval()\n", "TL106"),  # no eval() before
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
