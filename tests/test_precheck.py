@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,7 @@ def prechecked(source: str) -> set[str]:
     ("from torch.nn.parallel import DistributedDataParallel as D\nm = D(net, find_unused_parameters=True)\n", "TL503"),
     ("import torch\ndef run(model, xs):\n    model.eval()\n    with torch.no_grad():\n        for x in xs:\n"
      "            out = model(x)\n", "TL106"),
+    ("import torch\ngpu = torch.device('cuda')\nx = torch.zeros(3).to(gpu)\n", "TL201"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -124,6 +126,18 @@ def test_precheck_passes_the_shape(source, code):
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)
+
+
+def test_a_precheck_reads_the_options_its_rule_reads():
+    # TL201's `device-names` makes `gpu` a device: the precheck sees the run's settings
+    source = "import torch\nx = torch.zeros(3).to(gpu)\n"
+    named = replace(SETTINGS, rule_options={"move-after-create": {"device-names": ["gpu"]}})
+    assert [d.code for d in engine.lint_source(source, "train.py", named)] == ["TL201"]
+    assert "TL201" not in {d.code for d in engine.lint_source(source, "train.py", SETTINGS)}
+    rule = next(rule for rule in all_rules() if rule.code == "TL201")
+    assert rule.precheck(SyntaxIndex(ast.parse(source), source, settings=named))
+    assert not rule.precheck(SyntaxIndex(ast.parse(source), source, settings=SETTINGS))
+    assert rule.precheck(SyntaxIndex(ast.parse(source), source))  # no settings: any name may be a device
 
 
 # --- text prefilters that check word boundaries in Python ------------------------------------------------
