@@ -80,6 +80,7 @@ def prechecked(source: str) -> set[str]:
     ("import torch\ndef run(model, xs):\n    model.eval()\n    with torch.no_grad():\n        for x in xs:\n"
      "            out = model(x)\n", "TL106"),
     ("from apex import amp\nmodel, opt = amp.initialize(model, opt)\n", "TL702"),
+    ("import torch\nclass Net(torch.nn.Module):\n    pass\nmodel = Net()\nmodel.forward(x)\n", "TL506"),
     ("import torch\ngpu = torch.device('cuda')\nx = torch.zeros(3).to(gpu)\n", "TL201"),
 ])
 def test_precheck_passes_the_shape(source, code):
@@ -118,6 +119,7 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\ndef init(self, x):\n    with torch.no_grad():\n        for m in self.backbone.modules():\n"
      "            pass\n        o = self.backbone(x)\n    self.backbone.eval()\n", "TL106"),  # no eval() before
     ("try:\n    from apex.normalization import fused_layer_norm\nexcept ImportError:\n    pass\n", "TL702"),
+    ("import torch\nmodel = Net()\ndef run(model, x):\n    return model.forward(x)\n", "TL506"),  # a parameter
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
