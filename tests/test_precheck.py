@@ -81,6 +81,7 @@ def prechecked(source: str) -> set[str]:
      "            out = model(x)\n", "TL106"),
     ("from apex import amp\nmodel, opt = amp.initialize(model, opt)\n", "TL702"),
     ("import torch\nclass Net(torch.nn.Module):\n    pass\nmodel = Net()\nmodel.forward(x)\n", "TL506"),
+    ("import torch\nif __name__ == '__main__':\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),
     ("import torch\ngpu = torch.device('cuda')\nx = torch.zeros(3).to(gpu)\n", "TL201"),
 ])
 def test_precheck_passes_the_shape(source, code):
@@ -120,6 +121,7 @@ def test_precheck_passes_the_shape(source, code):
      "            pass\n        o = self.backbone(x)\n    self.backbone.eval()\n", "TL106"),  # no eval() before
     ("try:\n    from apex.normalization import fused_layer_norm\nexcept ImportError:\n    pass\n", "TL702"),
     ("import torch\nmodel = Net()\ndef run(model, x):\n    return model.forward(x)\n", "TL506"),  # a parameter
+    ("import torch\nif debug:\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),  # behind a flag
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
