@@ -122,6 +122,7 @@ def test_precheck_passes_the_shape(source, code):
     ("try:\n    from apex.normalization import fused_layer_norm\nexcept ImportError:\n    pass\n", "TL702"),
     ("import torch\nmodel = Net()\ndef run(model, x):\n    return model.forward(x)\n", "TL506"),  # a parameter
     ("import torch\nif debug:\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),  # behind a flag
+    ("x = x.cpu()\ny = 1\nx = x.cuda()\n", "TL202"),  # not the next statement
     ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
      "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
