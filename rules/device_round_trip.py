@@ -90,6 +90,8 @@ class DeviceRoundTrip(Rule):
                     return True
                 inner = inner.func.value
         # ... or `x = x.cpu()` and, the next statement of its block, `x = x.cuda()`
+        if not any(ast_moves_to_cpu(index, node.value) for node in index.nodes(ast.Assign)):
+            return False
         for block in index.blocks():
             for first, second in zip(block, block[1:]):
                 there, back = _ast_self_move(first), _ast_self_move(second)

@@ -104,8 +104,6 @@ class PersistentWorkers(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a loader with workers, outside loops, returned by an epoch hook or assigned to a name (the
         # two ways _iterated_repeatedly sees it iterated again)
-        if "reload_dataloaders_every" in index.source and "reload_dataloaders_every" in index.code:
-            return False
         calls = [call for call in ast_dataloader_calls(index) if ast_find_keyword(call, "persistent_workers") is None
                  and _ast_may_have_workers(ast_dataloader_argument(call, "num_workers"))]
         if not calls:
@@ -117,7 +115,8 @@ class PersistentWorkers(Rule):
         kept.update(id(node.value) for node in index.nodes(ast.AnnAssign) if ast_dotted_name(node.target) is not None)
         kept.update(id(node.value) for node in index.nodes(ast.Return)
                     if any(span(hook)[0] <= node.lineno <= hook.end_lineno for hook in hooks))
-        return any(id(call) in kept and not loops[call.lineno] for call in calls)
+        return any(id(call) in kept and not loops[call.lineno] for call in calls) \
+            and not ("reload_dataloaders_every" in index.source and "reload_dataloaders_every" in index.code)
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \

@@ -395,38 +395,32 @@ def ast_compile_sites(index: SyntaxIndex) -> list[AstSite]:
     an instance of a module class of the file. What a site runs is found as ``_targets`` finds it:
     a function of the file by name, or the method or ``forward`` of a module class of the file."""
     def compute() -> list[AstSite]:
-        methods = {id(node) for cls in index.nodes(ast.ClassDef) for node in cls.body}
-        functions = {function.name for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
-                     if id(function) not in methods}  # what `Callees.functions_named` may find
-        bound: dict[int, str | None] = {}  # compile call -> the dotted name assigned it (`_bound_name`)
-        for node in index.nodes(ast.Assign):
-            if len(node.targets) == 1 and isinstance(node.value, ast.Call):
-                bound[id(node.value)] = ast_dotted_name(node.targets[0])
-        for node in index.nodes(ast.AnnAssign):
-            if isinstance(node.value, ast.Call):
-                bound[id(node.value)] = ast_dotted_name(node.target)
-
+        # `import torch.compile as tc` names it too: `index.calls` follows only `from ... import ... as`
+        renamed = [local for local, named in index.import_aliases.items() if not named.isdisjoint(COMPILE_FUNCTIONS)]
+        calls = index.calls("compile", "optimize", *renamed)
+        decorated = [function for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+                     if function.decorator_list]
+        if not calls and not decorated:
+            return []  # (a call of `optimize(...)`'s result is a call of `optimize` too)
         def compiles(func: ast.AST, names: frozenset[str] = COMPILE_FUNCTIONS) -> bool:
             return not names.isdisjoint(index.qualified_names(func))
 
         def runs(target: ast.AST) -> bool:
-            if isinstance(target, ast.Name) and target.id in functions:
+            if isinstance(target, ast.Name) and target.id in _ast_functions(index):
                 return True
             return isinstance(target, ast.Attribute) and ast_may_hold_instance(index, target.value) \
                 or ast_may_hold_instance(index, target)
 
         def site(call: ast.Call, options: ast.Call, may_run: bool, *names: str | None) -> AstSite:
-            return AstSite(call, options, may_run, tuple(name for name in (bound.get(id(call)), *names) if name))
+            return AstSite(call, options, may_run, tuple(name for name in (_ast_bound(index, call), *names) if name))
 
         found: list[AstSite] = []
-        for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
+        for function in decorated:
             for decorator in function.decorator_list:
                 call = decorator if isinstance(decorator, ast.Call) else None
                 if compiles(decorator if call is None else call.func):
                     found.append(AstSite(decorator, call, True, (function.name, f"self.{function.name}")))
-        # `import torch.compile as tc` names it too: `index.calls` follows only `from ... import ... as`
-        renamed = [local for local, named in index.import_aliases.items() if not named.isdisjoint(COMPILE_FUNCTIONS)]
-        for call in index.calls("compile", "optimize", *renamed):
+        for call in calls:
             func = call.func
             keyword = ast_find_keyword(call, "model")
             positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
@@ -435,13 +429,33 @@ def ast_compile_sites(index: SyntaxIndex) -> list[AstSite]:
                 found.append(site(call, call, runs(target)))
             if isinstance(func, ast.Attribute) and func.attr == "compile" and ast_may_hold_instance(index, func.value):
                 found.append(site(call, call, True, ast_dotted_name(func.value)))
-        for call in index.nodes(ast.Call):
+        for call in index.nodes(ast.Call) if calls else ():
             if type(call.func) is ast.Call and compiles(call.func.func):
                 positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
                 if positional:
                     found.append(site(call, call.func, runs(positional[0])))
         return found
     return index.memo("compile_sites", compute)
+
+
+def _ast_functions(index: SyntaxIndex) -> frozenset[str]:
+    """The names of the file's functions that are not methods: what ``Callees.functions_named`` may find."""
+    def compute() -> frozenset[str]:
+        methods = {id(node) for cls in index.nodes(ast.ClassDef) for node in cls.body}
+        return frozenset(function.name for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+                         if id(function) not in methods)
+    return index.memo("plain_functions", compute)
+
+
+def _ast_bound(index: SyntaxIndex, call: ast.Call) -> str | None:
+    """The dotted name a call is assigned to (``fn = torch.compile(f)``), as ``_bound_name`` reads it."""
+    for node in index.nodes(ast.Assign):
+        if node.value is call:
+            return ast_dotted_name(node.targets[0]) if len(node.targets) == 1 else None
+    for node in index.nodes(ast.AnnAssign):
+        if node.value is call:
+            return ast_dotted_name(node.target)
+    return None
 
 
 def ast_may_run_compiled(index: SyntaxIndex) -> bool:
