@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Collection
 
 import libcst as cst
 
@@ -43,9 +44,9 @@ def rebound_move_in(text: str) -> bool:
     return False
 
 
-def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
+def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str] | None = None) -> list[ast.Call]:
     """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
-    precheck twin of factory_move."""
+    precheck twin of factory_move (``extra_names`` as ``ast_may_move`` takes them)."""
     wanted = index.names(names)
     variables = index.names(["Variable"])
     moved = []
@@ -55,12 +56,12 @@ def ast_moved_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
         made = call.func.value
         if ast_callee(made) in variables and len(made.args) == 1 and isinstance(made.args[0], ast.Call):
             made = made.args[0]  # Variable(torch.zeros(n)).cuda()
-        if ast_callee(made) in wanted and ast_may_move(index, call):
+        if ast_callee(made) in wanted and ast_may_move(index, call, extra_names):
             moved.append(made)
     return moved
 
 
-def ast_rebound_moves(index: SyntaxIndex, *factories: str) -> bool:
+def ast_rebound_moves(index: SyntaxIndex, *factories: str, extra_names: Collection[str] | None = None) -> bool:
     """Any ``z = z.to(...)``/``z = z.cuda(...)`` whose block assigned ``z`` a call of one of
     ``factories`` in the last earlier statement that mentions ``z``: the precheck twin of
     bound_factory_move (which also stops at a statement that mentions the device's names)."""
@@ -71,7 +72,7 @@ def ast_rebound_moves(index: SyntaxIndex, *factories: str) -> bool:
             value = statement.value if name is not None else None
             if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
                     and value.func.attr in ("cuda", "to") and isinstance(value.func.value, ast.Name)
-                    and value.func.value.id == name and ast_may_move(index, value)):
+                    and value.func.value.id == name and ast_may_move(index, value, extra_names)):
                 continue
             for earlier in reversed(block[:position]):
                 if any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(earlier)):

@@ -82,8 +82,8 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (dotted_name, find_argument, find_keyword, positional_args, root_names,
-                                       string_value)
+from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, find_argument, find_keyword, positional_args,
+                                       root_names, string_value)
 from torchlint.analysis.walk import visit
 from torchlint.fixes import NodeEdit, block_indentation, imported_name, unused_name
 from torchlint.rule import Rule, SyntaxIndex, data_table
@@ -121,10 +121,13 @@ class ApexAmp(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # apex imported: `from apex import amp`, `import apex`, `import apex.amp as amp`
-        modules = [node.module or "" for node in index.nodes(ast.ImportFrom) if node.level == 0]
-        modules += [alias.name for node in index.nodes(ast.Import) for alias in node.names]
-        return any(module.split(".")[0] == "apex" for module in modules)
+        # a call of what an import of apex may name `apex.amp.<something>` (`amp.initialize(...)` after
+        # `from apex import amp`, `apex.amp.scale_loss(...)` after `import apex`): what visit_Call reports
+        heads = index.imported_from("apex")
+        return bool(heads) and any(
+            (ast_dotted_name(call.func) or "").partition(".")[0] in heads
+            and any(name.startswith("apex.amp.") for name in index.qualified_names(call.func))
+            for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -69,7 +69,7 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.compiled import ast_compile_calls, compiled_code
+from torchlint.analysis.compiled import ast_compile_sites, compiled_code
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._compile import graph_breaks
@@ -87,9 +87,10 @@ class CompileCudagraphBreak(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        calls = [node for node in ast_compile_calls(index) if isinstance(node, ast.Call)]
+        # a site that runs a function of the file compiled (whose breaks TLC001 finds) in such a mode
         return any(isinstance(k.value, ast.Constant) and k.value.value in CUDA_GRAPH_MODES
-                   for call in calls for k in call.keywords if k.arg == "mode")
+                   for site in ast_compile_sites(index) if site.may_run and site.options is not None
+                   for k in site.options.keywords if k.arg == "mode")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)

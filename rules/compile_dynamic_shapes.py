@@ -75,7 +75,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.compiled import CompileSite, ast_may_compile, compiled_code
+from torchlint.analysis.compiled import (CompileSite, ast_compiled_calls_in_loops, ast_marks_dynamic_by_text,
+                                         compiled_code)
 from torchlint.analysis.syntax import dotted_name, function_parameters
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
@@ -93,7 +94,7 @@ class CompileDynamicShapes(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_may_compile(index)
+        return not ast_marks_dynamic_by_text(index) and bool(ast_compiled_calls_in_loops(index))
 
     def __init__(self, ctx):
         super().__init__(ctx)

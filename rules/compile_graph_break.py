@@ -94,7 +94,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.compiled import ast_may_compile, compiled_code
+from torchlint.analysis.compiled import ast_may_run_compiled, compiled_code
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._compile import describe_region, graph_breaks
@@ -109,7 +109,7 @@ class CompileGraphBreak(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_may_compile(index)
+        return ast_may_run_compiled(index)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if self.ctx.programs.in_test_code():

@@ -72,7 +72,7 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.compiled import ast_compile_calls, compiled_code
+from torchlint.analysis.compiled import ast_compile_sites, compiled_code
 from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, iterated_name
 from torchlint.analysis.syntax import contains, last_simple_statement
 from torchlint.analysis.walk import walk
@@ -97,7 +97,7 @@ class CompileInLoop(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         loops = ast_loop_lines(index)
-        return any(isinstance(node, ast.Call) and loops[node.lineno] for node in ast_compile_calls(index))
+        return any(isinstance(site.node, ast.Call) and loops[site.node.lineno] for site in ast_compile_sites(index))
 
     def visit_Call(self, node: cst.Call) -> None:
         compiled = compiled_code(self.ctx.module, self.ctx.bindings, self.ctx.source)

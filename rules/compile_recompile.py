@@ -64,12 +64,9 @@ precision could not be shown. Enable it (`--extend-select TLC003`) where a progr
 
 from __future__ import annotations
 
-import ast
-
 import libcst as cst
 
-from torchlint.analysis.compiled import CompileSite, ast_may_compile, compiled_code
-from torchlint.analysis.loops import ast_loop_lines
+from torchlint.analysis.compiled import CompileSite, ast_compiled_calls_in_loops, ast_configures_dynamic, compiled_code
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._recompile import ChangingValues, bound_parameter, parameter_uses
@@ -85,9 +82,7 @@ class CompileRecompile(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        loops = ast_loop_lines(index)
-        return ast_may_compile(index) and any(loops[call.lineno] for call in index.nodes(ast.Call) if call.args
-                                              or call.keywords)
+        return not ast_configures_dynamic(index) and bool(ast_compiled_calls_in_loops(index))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -85,12 +85,13 @@ class DdpFindUnused(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
+        # `find_unused_parameters=True` given to what an import may name DDP or Lightning's DDPStrategy
         return any(k.arg == "find_unused_parameters" and ast_is_literal(k.value, True)
+                   and any(_wraps_ddp(name) for name in index.qualified_names(call.func))
                    for call in index.nodes(ast.Call) for k in call.keywords)
 
     def visit_Call(self, node: cst.Call) -> None:
-        qualified = self.ctx.qualified_name(node.func)
-        if qualified not in DISTRIBUTED_DATA_PARALLEL and not lightning_names(qualified, *DDP_STRATEGY_PATHS):
+        if not _wraps_ddp(self.ctx.qualified_name(node.func)):
             return
         flag = find_keyword(node, "find_unused_parameters")
         if flag is None or not is_literal(flag.value, True):
@@ -146,6 +147,11 @@ class DdpFindUnused(Rule):
 
         visit(scope, Assignments())
         return set().union(*(self._model_classes(v) for v in values if not isinstance(v, cst.Name))) if values else set()
+
+
+def _wraps_ddp(qualified: str | None) -> bool:
+    """Does a qualified name name DDP, or Lightning's strategy that builds it?"""
+    return qualified in DISTRIBUTED_DATA_PARALLEL or lightning_names(qualified, *DDP_STRATEGY_PATHS)
 
 
 class _Branches(cst.CSTVisitor):

@@ -78,13 +78,15 @@ import libcst as cst
 
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
-from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_has_star_args, ast_is_literal, dotted_name,
-                                       find_argument, find_keyword, is_literal, is_main_guard, positional_args)
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_has_star_args,
+                                       ast_is_literal, dotted_name, find_argument, find_keyword, is_literal,
+                                       is_main_guard, positional_args)
 from torchlint.fixes import removal_edit, statement_edit
 from torchlint.rule import Rule, SyntaxIndex
 
 ANOMALY_SWITCH = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})
 ANOMALY_CONTEXT = frozenset({"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"})
+_AST_WITH_ELSE = (ast.For, ast.AsyncFor, ast.While, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
 PROFILERS = frozenset({
     "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx", "torch.autograd.profiler.emit_itt",
     "torch.autograd.profile", "torch.autograd.emit_nvtx", "torch.profiler.profile", "torch.profiler.profiler.profile",
@@ -112,13 +114,13 @@ class DebugApisLeftOn(Rule):
         for call in index.calls("set_detect_anomaly"):
             mode = ast_find_keyword(call, "mode")
             mode = mode.value if mode is not None else call.args[0] if call.args else None
-            if not ast_has_star_args(call) and ast_is_literal(mode, True):
+            if not ast_has_star_args(call) and ast_is_literal(mode, True) and _ast_left_on(index, call):
                 return True
         # (a `with set_detect_anomaly(...)` is on only with a literal True: the loop above)
         names = {name.rsplit(".", 1)[1] for name in ANOMALY_CONTEXT | PROFILERS}
         return any(index.is_call(item.context_expr, *names) and index.may_be_imported(item.context_expr.func)
                    and _ast_may_be_on(item.context_expr) and not _ast_scheduled(item.context_expr)
-                   and _ast_near_backward(index, node)
+                   and _ast_left_on(index, node) and _ast_near_backward(index, node)
                    for node in index.nodes(ast.With, ast.AsyncWith) for item in node.items)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -230,6 +232,30 @@ def _ast_near_backward(index: SyntaxIndex, node: ast.AST) -> bool:
         return True
     text = "\n".join(lines[first - 1:last])
     return ".fit(" in text or "training_step" in text
+
+
+def _ast_left_on(index: SyntaxIndex, node: ast.AST) -> bool:
+    """The precheck twin of ``_left_on``, by lines: not inside an ``if`` (but ``if __name__ ==
+    "__main__":``), an ``else:`` block, or the body of a ``try`` with handlers."""
+    line = node.lineno
+    for statement in index.nodes(ast.If):
+        if statement.lineno <= line <= statement.end_lineno and not _ast_main_guard(statement.test):
+            return False
+    for statement in index.nodes(*_AST_WITH_ELSE):
+        if statement.orelse and statement.orelse[0].lineno <= line <= statement.orelse[-1].end_lineno:
+            return False
+        if getattr(statement, "handlers", None) and statement.body[0].lineno <= line <= statement.body[-1].end_lineno:
+            return False
+    return True
+
+
+def _ast_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either operand order), as ``is_main_guard`` reads it."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast_dotted_name(side) or (side.value if isinstance(side, ast.Constant) else None)
+             for side in (test.left, test.comparators[0])}
+    return sides == {"__name__", "__main__"}
 
 
 def _ast_may_be_on(call: ast.Call) -> bool:

@@ -89,20 +89,17 @@ class DeviceRoundTrip(Rule):
                 if ast_moves_to_cpu(index, inner):
                     return True
                 inner = inner.func.value
-        # ... or `x = x.cpu()` and later `x = x.cuda()`
-        there, back = set(), set()
-        for node in index.nodes(ast.Assign):
-            value = node.value
-            if len(node.targets) == 1 and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-                name = ast_dotted_name(node.targets[0])
-                if name is None or ast_dotted_name(value.func.value) != name:
-                    continue  # not `x = x.<move>(...)`
-                if ast_moves_to_cpu(index, value):
-                    there.add(name)
-                if ast_may_move(index, value) and not (
-                        isinstance(ast_device_argument(value), ast.Constant) and ast_moves_to_cpu(index, value)):
-                    back.add(name)
-        return bool(there & back)
+        # ... or `x = x.cpu()` and, the next statement of its block, `x = x.cuda()`
+        if not any(ast_moves_to_cpu(index, node.value) for node in index.nodes(ast.Assign)):
+            return False
+        for block in index.blocks():
+            for first, second in zip(block, block[1:]):
+                there, back = _ast_self_move(first), _ast_self_move(second)
+                if there[0] is not None and there[0] == back[0] and ast_moves_to_cpu(index, there[1]) \
+                        and ast_may_move(index, back[1]) and not (isinstance(ast_device_argument(back[1]), ast.Constant)
+                                                                 and ast_moves_to_cpu(index, back[1])):
+                    return True
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         back = self.ctx.devices.move(node)
@@ -164,3 +161,12 @@ class DeviceRoundTrip(Rule):
         if move is None or target is None or dotted_name(small.value.func.value) != target:
             return None, None
         return target, move
+
+
+def _ast_self_move(statement: ast.stmt) -> tuple[str | None, ast.Call | None]:
+    """The precheck twin of ``_self_move``: (name, call) for ``name = name.<method>(...)``."""
+    value = statement.value if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
+        return None, None
+    name = ast_dotted_name(statement.targets[0])
+    return (name, value) if name is not None and ast_dotted_name(value.func.value) == name else (None, None)

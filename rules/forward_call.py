@@ -77,6 +77,9 @@ from functools import cached_property
 
 import libcst as cst
 
+from torchlint.analysis.bindings import ast_scope_bindings
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import ast_module_classes
 from torchlint.analysis.syntax import ast_dotted_name
 from torchlint.rule import Rule, SyntaxIndex
@@ -116,6 +119,8 @@ class ForwardCall(Rule):
                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])}
         for call in calls:
             receiver = call.func.value
+            if isinstance(receiver, ast.Name) and not _ast_may_hold_module_here(index, receiver.id, call):
+                continue
             receiver = receiver.value if isinstance(receiver, ast.Subscript) else receiver  # `self.blocks[i]`
             name = ast_dotted_name(receiver) or ""
             root = name.partition(".")[0]
@@ -144,3 +149,16 @@ class ForwardCall(Rule):
                    for name in classes for cls in self.ctx.bindings.defined(name, cst.ClassDef)
                    for item in cls.body.body)
 
+
+
+def _ast_may_hold_module_here(index: SyntaxIndex, name: str, place: ast.AST) -> bool:
+    """The precheck twin of the start of ``Modules._name_holds_module``: the innermost function
+    around ``place`` that binds ``name`` (or else the module) binds it only to values, never as a
+    parameter or without one (a ``for`` target, unpacking)."""
+    functions = sorted((f for f in index.nodes(*AST_FUNCTIONS) if span(f)[0] <= place.lineno <= f.end_lineno),
+                       key=lambda f: span(f)[0], reverse=True)
+    for scope in (*functions, index.tree):
+        values = ast_scope_bindings(index, scope).get(name)
+        if values is not None or scope is index.tree:
+            return bool(values) and None not in values
+    return True

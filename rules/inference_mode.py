@@ -82,6 +82,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.escapes import leaks
+from torchlint.analysis.index import span
 from torchlint.analysis.loops import (AST_LOOPS, EVAL_FUNCTION, LOOPS, ast_calls_model, ast_loop_lines, calls_model,
                                       last_mode_call)
 from torchlint.analysis.walk import visit
@@ -114,9 +115,22 @@ class InferenceMode(Rule):
         if not withs:
             return False
         in_loops = ast_loop_lines(index)
-        inference = [f for f in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef) if INFERENCE_FUNCTION.search(f.name)]
-        return any(in_loops[node.lineno] or any(isinstance(n, AST_LOOPS) for n in ast.walk(node))
-                   or any(f.lineno <= node.lineno <= f.end_lineno for f in inference) for node in withs)
+        functions = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+        modes = [call for call in index.calls("eval", "train") if isinstance(call.func, ast.Attribute)
+                 and (call.args or call.keywords if call.func.attr == "train" else not call.args)]
+
+        def evaluation(node: ast.With) -> bool:
+            around = [f for f in functions if span(f)[0] <= node.lineno <= f.end_lineno]
+            if in_loops[node.lineno] or any(INFERENCE_FUNCTION.search(f.name) for f in around):
+                return True
+            if not any(isinstance(n, AST_LOOPS) for n in ast.walk(node)):
+                return False
+            # a loop inside: in a function named for evaluation, or after an `.eval()`/`.train(False)`
+            # in its function (_after_eval_call)
+            start = max((span(f)[0] for f in around), default=0)
+            return any(EVAL_FUNCTION.search(f.name) for f in around) \
+                or any(start <= call.lineno < node.lineno for call in modes)
+        return any(evaluation(node) for node in withs)
 
     def visit_With(self, node: cst.With) -> None:
         items = [item for item in node.items if isinstance(item.item, cst.Call) and not item.item.args

@@ -103,7 +103,9 @@ class MoveAfterCreate(Rule):
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         factories = (DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL
-        return bool(ast_moved_calls(index, *factories)) or ast_rebound_moves(index, *factories)
+        names = index.rule_option(cls.name, "device-names", cls.options["device-names"][1])  # None: not known
+        return bool(ast_moved_calls(index, *factories, extra_names=names)) \
+            or ast_rebound_moves(index, *factories, extra_names=names)
 
     def visit_Call(self, node: cst.Call) -> None:
         found = factory_move(self.ctx, node, tuple(self.option("device-names")))

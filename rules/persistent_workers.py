@@ -73,12 +73,16 @@ as `num_workers=args.workers` it writes `persistent_workers=args.workers > 0`, s
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
                                     is_dataloader_call)
-from torchlint.analysis.loops import LOOPS
-from torchlint.analysis.syntax import ast_find_keyword, contains, dotted_name, find_keyword, has_star_args, literal_value
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import AST_FUNCTIONS, LOOPS, ast_loop_lines
+from torchlint.analysis.syntax import (ast_dotted_name, ast_find_keyword, contains, dotted_name, find_keyword,
+                                       has_star_args, literal_value)
 from torchlint.analysis.walk import visit
 from torchlint.fixes import parse_expression, set_keyword
 from torchlint.rule import Rule, SyntaxIndex
@@ -98,8 +102,21 @@ class PersistentWorkers(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(ast_dataloader_argument(call, "num_workers") is not None
-                   and ast_find_keyword(call, "persistent_workers") is None for call in ast_dataloader_calls(index))
+        # a loader with workers, outside loops, returned by an epoch hook or assigned to a name (the
+        # two ways _iterated_repeatedly sees it iterated again)
+        calls = [call for call in ast_dataloader_calls(index) if ast_find_keyword(call, "persistent_workers") is None
+                 and _ast_may_have_workers(ast_dataloader_argument(call, "num_workers"))]
+        if not calls:
+            return False
+        loops = ast_loop_lines(index)
+        hooks = [function for function in index.nodes(*AST_FUNCTIONS) if function.name in EPOCH_HOOKS]
+        kept = {id(node.value) for node in index.nodes(ast.Assign) if len(node.targets) == 1
+                and ast_dotted_name(node.targets[0]) is not None}
+        kept.update(id(node.value) for node in index.nodes(ast.AnnAssign) if ast_dotted_name(node.target) is not None)
+        kept.update(id(node.value) for node in index.nodes(ast.Return)
+                    if any(span(hook)[0] <= node.lineno <= hook.end_lineno for hook in hooks))
+        return any(id(call) in kept and not loops[call.lineno] for call in calls) \
+            and not ("reload_dataloaders_every" in index.source and "reload_dataloaders_every" in index.code)
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \
@@ -249,3 +266,15 @@ class PersistentWorkers(Rule):
             visit(self.ctx.module, Mutations())
             self._mutated = mutated
         return self._mutated
+
+
+def _ast_may_have_workers(workers: ast.expr | None) -> bool:
+    """Is ``num_workers`` given, and not a number (or None, True, False) that ``literal_value``
+    reads as other than an int above 0?"""
+    if workers is None:
+        return False
+    if isinstance(workers, ast.UnaryOp) and isinstance(workers.op, ast.USub):
+        workers = workers.operand  # `-1`: at most 0 when it is a number
+        return not (isinstance(workers, ast.Constant) and type(workers.value) in (int, float))
+    return not (isinstance(workers, ast.Constant) and type(workers.value) in (bool, int, float, type(None))) \
+        or type(workers.value) is int and workers.value > 0

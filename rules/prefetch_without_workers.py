@@ -85,8 +85,7 @@ class PrefetchWithoutWorkers(Rule):
                 continue
             for option in WORKER_OPTIONS:
                 found = ast_find_keyword(call, option)
-                if found is not None and not ast_is_literal(found.value, None) \
-                        and not ast_is_literal(found.value, False):
+                if found is not None and _ast_may_need_workers(option, found.value):
                     return True
         return False
 
@@ -133,3 +132,16 @@ class PrefetchWithoutWorkers(Rule):
         """``prefetch_factor=2``: the default before torch 2.0, which raised only for another value."""
         return arg.keyword.value == "prefetch_factor" and same_literal(
             known_value(arg.value, self.ctx.bindings, parameters)[1], 2)
+
+
+def _ast_may_need_workers(option: str, value: ast.expr) -> bool:
+    """Can ``_needs_workers`` say yes to this value: a name (which the file may bind to a literal),
+    or a literal ``True`` (``persistent_workers``) or int (``prefetch_factor``), as ``known_value``
+    reads them? ``persistent_workers=persistent and num_workers > 0`` is not known."""
+    if isinstance(value, ast.Name):
+        return True
+    if option == "persistent_workers":
+        return ast_is_literal(value, True)
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        value = value.operand
+    return isinstance(value, ast.Constant) and type(value.value) is int

@@ -67,6 +67,9 @@ import ast
 
 import libcst as cst
 
+from torchlint.analysis.bindings import ast_scope_bindings
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.syntax import find_argument, find_keyword, is_literal, method_call, positional_args
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -110,12 +113,20 @@ class TensorFromNumpy(Rule):
                 return True
             return any(name.startswith("numpy.") for name in index.qualified_names(func))
 
+        def array_name(call: ast.Call, name: str) -> bool:
+            # as _array_kind reads a name: every value its scope binds it (the innermost function
+            # around the call, or the module) is an array, and there is one
+            functions = [f for f in index.nodes(*AST_FUNCTIONS) if span(f)[0] <= call.lineno <= f.end_lineno]
+            scope = max(functions, key=lambda f: span(f)[0]) if functions else index.tree
+            values = ast_scope_bindings(index, scope).get(name)
+            return values is None or all(value is not None and array(value) for value in values)
+
         named = {target.id for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr) if array(node.value)
                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
                  if isinstance(target, ast.Name)}
         return any(len(call.args) == 1 and not call.keywords and (
-            array(call.args[0]) or isinstance(call.args[0], ast.Name) and call.args[0].id in named)
-                   for call in index.calls("tensor"))
+            array(call.args[0]) or isinstance(call.args[0], ast.Name) and call.args[0].id in named
+            and array_name(call, call.args[0].id)) for call in index.calls("tensor"))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualified_name(node.func) != "torch.tensor":

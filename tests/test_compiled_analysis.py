@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.compiled import ast_may_compile, compiled_code
+from torchlint.analysis.compiled import ast_compiled_callables, ast_may_run_compiled, compiled_code
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.config import resolve_settings
 from torchlint.engine import lint_source
@@ -122,7 +122,7 @@ def test_a_compiled_module_reaches_its_submodules_and_helpers():
 def test_compile_sites_and_their_entries(source, entries):
     compiled = analysed(source)
     assert {compiled.display_name(entry) for site in compiled.sites for entry in site.entries} == entries
-    assert ast_may_compile(SyntaxIndex(ast.parse(source), source))
+    assert ast_may_run_compiled(SyntaxIndex(ast.parse(source), source))
 
 
 @pytest.mark.parametrize("source", [
@@ -132,11 +132,37 @@ def test_compile_sites_and_their_entries(source, entries):
 ])
 def test_what_is_not_a_compiled_function_of_the_file(source):
     assert [entry for site in analysed(source).sites for entry in site.entries] == []
+    assert not ast_may_run_compiled(SyntaxIndex(ast.parse(source), source))
 
 
-def test_the_precheck_says_no_only_without_a_compile_call():
-    source = "import re\nimport torch\nx = re.compile('a')\nmodel = Net()\n"
-    assert not ast_may_compile(SyntaxIndex(ast.parse(source), source))
+@pytest.mark.parametrize("source", [
+    "import re\nimport torch\nx = re.compile('a')\nmodel = Net()\n",
+    "import torch\ndef build(gm):\n    return torch.compile(gm)\n",  # a parameter: nothing of the file
+    "import torch\nfrom models import GPT\nclass Cache:\n    def f(self):\n        return torch.compile(self.g)\n",
+    "import torch\nclass Cache:\n    def build(self):\n        self.kernel.compile(self.source)\n",
+    "import torch\nfrom torch._inductor import BenchmarkRequest\nclass R(BenchmarkRequest):\n"
+    "    def f(self):\n        self.kernel.compile()\n",  # a torch class that is not a module
+    "import torch\ndef wrap(*args, **kwargs):\n    return torch.compile(*args, **kwargs)\n",
+])
+def test_the_precheck_says_no_without_a_compiled_function_of_the_file(source):
+    assert not ast_may_run_compiled(SyntaxIndex(ast.parse(source), source))
+
+
+@pytest.mark.parametrize("source, names", [
+    ("import torch\n@torch.compile\ndef f(x):\n    return x\ng = torch.compile(f)\nh = torch.compile(net)\n",
+     {"f", "g", "h"}),
+    ("import torch\nfn = torch._dynamo.optimize('inductor')(f)\nk: Any = torch.compile(mode='max-autotune')(f)\n",
+     {"fn", "k"}),
+    ("import torch\nimport torch.nn as nn\nclass M(nn.Module):\n    pass\nm = M()\nm.compile()\n", {"m"}),
+    ("import torch.compile as tc\ncompiled = tc(f)\n", {"compiled"}),
+    ("import re\nimport torch\nx = re.compile('a')\ny = torch.compile()\n", set()),
+])
+def test_the_precheck_finds_the_names_that_hold_compiled_callables(source, names):
+    compiled = analysed(source)
+    assert {name for name in names if compiled.compiled_callable(cst.parse_expression(name))} == names
+    assert names <= ast_compiled_callables(SyntaxIndex(ast.parse(source), source))
+    assert not ast_compiled_callables(SyntaxIndex(ast.parse(source), source)) - names - {
+        f"self.{name}" for name in names}
 
 
 def test_compiled_callables_are_the_names_that_hold_them():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,26 @@ def prechecked(source: str) -> set[str]:
     ("y = x.to('cpu').float().to(device)\n", "TL202"),
     ("import numpy as np\na = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
     ("from numpy import zeros as z\nt = torch.tensor(z(3))\n", "TL204"),
+    # compiled code: a function of the file compiled, a module class compiled, a compiled callable in a loop
+    ("import torch\ndef step(x):\n    print(x)\nfast = torch.compile(step)\n", "TLC001"),
+    ("import torch.nn as nn\nclass Net(nn.Module):\n    def forward(self, x):\n        return x.item()\n"
+     "net = Net().cuda()\nnet.compile()\n", "TLC001"),
+    ("import torch\n@torch.compile\ndef f(x, n):\n    return x * n\nfor step in range(9):\n    f(x, step)\n", "TLC003"),
+    ("import torch\n@torch.compile\ndef step(x, n):\n    return x[:, :n]\nfor i in range(9):\n    step(x, i)\n",
+     "TLC004"),
+    ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, prefetch_factor=4)\n", "TL604"),
+    ("import numpy as np\nimport torch\ndef f(path):\n    a = np.load(path)\n    return torch.tensor(a)\n", "TL204"),
+    ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=4)\nfor epoch in range(9):\n"
+     "    for batch in loader:\n        step(batch)\n", "TL603"),
+    ("from torch.utils.data import DataLoader\ndef train_dataloader(self):\n    return DataLoader(ds, num_workers=n)\n",
+     "TL603"),
+    ("from torch.nn.parallel import DistributedDataParallel as D\nm = D(net, find_unused_parameters=True)\n", "TL503"),
+    ("import torch\ndef run(model, xs):\n    model.eval()\n    with torch.no_grad():\n        for x in xs:\n"
+     "            out = model(x)\n", "TL106"),
+    ("from apex import amp\nmodel, opt = amp.initialize(model, opt)\n", "TL702"),
+    ("import torch\nclass Net(torch.nn.Module):\n    pass\nmodel = Net()\nmodel.forward(x)\n", "TL506"),
+    ("import torch\nif __name__ == '__main__':\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),
+    ("import torch\ngpu = torch.device('cuda')\nx = torch.zeros(3).to(gpu)\n", "TL201"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -84,6 +105,26 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\nclass M:\n    def __init__(self):\n        self.a = torch.zeros(3, device='cuda')\n", "TL205"),
     ("import torch\nclass Plan:\n    def run(self, x):\n        return self.step.forward(x)\n", "TL506"),
     ("import torch_tensorrt\nm = torch_tensorrt.compile(model)\n", "TLC001"),  # not torch.compile
+    ("import torch\ndef build(gm):\n    return torch.compile(gm)\n", "TLC001"),  # nothing of the file compiled
+    ("import torch\nclass Cache:\n    def load(self):\n        return self.kernel.compile(self.src)\n", "TLC001"),
+    ("import torch\nfast = torch.compile(step)\nfor i in range(9):\n    other(x, i)\n", "TLC003"),  # not called
+    ("import torch\nfast = torch.compile(step)\ntorch._dynamo.mark_dynamic(x, 0)\nfor i in range(9):\n"
+     "    fast(x[:i])\n", "TLC004"),  # a shape marked dynamic
+    ("from torch.utils.data import DataLoader\nl = DataLoader(ds, num_workers=n, persistent_workers=keep and n > 0)\n",
+     "TL604"),  # not a value known to need workers
+    ("import numpy as np\ndef f(batch):\n    lam, mix = params(batch)\n    lam = np.concatenate((lam, lam))\n"
+     "    return torch.tensor(lam)\n", "TL204"),  # also bound by unpacking: not known to be an array
+    ("from torch.utils.data import DataLoader\ndef make(ds):\n    return DataLoader(ds, num_workers=4)\n",
+     "TL603"),  # returned by a function that is no epoch hook
+    ("registry.register('ddp', find_unused_parameters=True)\n", "TL503"),  # not DDP
+    ("import torch\ndef init(self, x):\n    with torch.no_grad():\n        for m in self.backbone.modules():\n"
+     "            pass\n        o = self.backbone(x)\n    self.backbone.eval()\n", "TL106"),  # no eval() before
+    ("try:\n    from apex.normalization import fused_layer_norm\nexcept ImportError:\n    pass\n", "TL702"),
+    ("import torch\nmodel = Net()\ndef run(model, x):\n    return model.forward(x)\n", "TL506"),  # a parameter
+    ("import torch\nif debug:\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),  # behind a flag
+    ("x = x.cpu()\ny = 1\nx = x.cuda()\n", "TL202"),  # not the next statement
+    ("from torch.utils.data import Dataset\nclass D(Dataset):\n    def __init__(self):\n"
+     "        self.layers = [Linear(2, 2), Linear(2, 2)]\n", "TL405"),  # a dataset, not a module
     ("with profiler.profile('save'):\n    save()\n", "TL803"),  # a profiler no import names
     ("import torch\nwith torch.profiler.profile(enabled=False):\n    loss.backward()\n", "TL803"),  # switched off
     ("import torch\nwith torch.no_grad():\n    for p in params:\n        p.mul_(2)\n", "TL106"),  # runs no model
@@ -92,6 +133,18 @@ def test_precheck_passes_the_shape(source, code):
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)
+
+
+def test_a_precheck_reads_the_options_its_rule_reads():
+    # TL201's `device-names` makes `gpu` a device: the precheck sees the run's settings
+    source = "import torch\nx = torch.zeros(3).to(gpu)\n"
+    named = replace(SETTINGS, rule_options={"move-after-create": {"device-names": ["gpu"]}})
+    assert [d.code for d in engine.lint_source(source, "train.py", named)] == ["TL201"]
+    assert "TL201" not in {d.code for d in engine.lint_source(source, "train.py", SETTINGS)}
+    rule = next(rule for rule in all_rules() if rule.code == "TL201")
+    assert rule.precheck(SyntaxIndex(ast.parse(source), source, settings=named))
+    assert not rule.precheck(SyntaxIndex(ast.parse(source), source, settings=SETTINGS))
+    assert rule.precheck(SyntaxIndex(ast.parse(source), source))  # no settings: any name may be a device
 
 
 # --- text prefilters that check word boundaries in Python ------------------------------------------------

@@ -342,7 +342,7 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
     if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
         return rules
     project = project_modules(settings)
-    index = SyntaxIndex(tree, source, settings.target_torch, path, project)
+    index = SyntaxIndex(tree, source, settings.target_torch, path, project, settings)
     passed = []
     for rule in rules:
         try:

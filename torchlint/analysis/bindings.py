@@ -10,15 +10,20 @@ scopes are functions and the module.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (dotted_name, function_parameters, literal_value, same_literal, small_statements,
-                                       statements)
+from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal,
+                                       small_statements, statements)
 from torchlint.analysis.walk import walk
+
+if TYPE_CHECKING:
+    from torchlint.analysis.index import SyntaxIndex
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),
 # "walrus" (:=), "for", "with", "param", "def", "class".
@@ -306,3 +311,65 @@ class _Collector:
     def on_leave(self, node: cst.CSTNode) -> None:
         if type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
             self.stack.pop()
+
+
+def ast_values(index: SyntaxIndex) -> dict[str, list[ast.expr]]:
+    """The precheck twin of ``Bindings.values`` without its Nones: every value the file assigns to
+    a (dotted) name as a whole (``=``, annotated with a value, ``:=``), by the name."""
+    def compute() -> dict[str, list[ast.expr]]:
+        found: dict[str, list[ast.expr]] = {}
+        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
+            if node.value is None:
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
+                name = ast_dotted_name(target)
+                if name is not None:
+                    found.setdefault(name, []).append(node.value)
+        return found
+    return index.memo("values", compute)
+
+
+def ast_scope_bindings(index: SyntaxIndex, scope: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
+                       ) -> dict[str, list[ast.expr | None]]:
+    """The precheck twin of ``Bindings.scope(scope).assigned``: the plain names a function (or the
+    module) binds, with the value of each binding (None for one without: a parameter, a ``for`` or
+    ``with`` target, an unpacked or augmented target, a ``def`` or ``class``). Nested functions and
+    class bodies bind in scopes of their own; lambdas and comprehensions do not."""
+    def compute() -> dict[str, list[ast.expr | None]]:
+        found: dict[str, list[ast.expr | None]] = {}
+
+        def bind(target: ast.AST, value: ast.expr | None) -> None:
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, []).append(value)
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for element in target.elts:
+                    bind(element, None)
+            elif isinstance(target, ast.Starred):
+                bind(target.value, None)
+
+        stack: list[ast.AST] = list(ast.iter_child_nodes(scope))  # a function's decorators and defaults too
+        if not isinstance(scope, ast.Module):
+            arguments = scope.args
+            for parameter in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                              arguments.kwarg):
+                if parameter is not None:
+                    found.setdefault(parameter.arg, []).append(None)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(None)
+                continue
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, node.value)
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
+                bind(node.target, node.value)
+            elif isinstance(node, ast.AugAssign):
+                bind(node.target, None)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                bind(node.target, None)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                bind(node.optional_vars, None)
+            stack.extend(ast.iter_child_nodes(node))
+        return found
+    return index.memo(("scope_bindings", id(scope)), compute)

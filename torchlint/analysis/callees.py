@@ -9,14 +9,16 @@ does not build is unknown (the project's summaries will follow calls across file
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 
-from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.modules import Modules
-from torchlint.analysis.syntax import dotted_name, positional_args
+from torchlint.analysis.bindings import Bindings, ast_values
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.modules import Modules, ast_module_classes
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 
 # Calls that hand back the module they are called on, or wrap the module they are given.
@@ -216,3 +218,30 @@ class Callees:
             if node is not None:
                 chain.append(node)
         return list(reversed(chain))
+
+
+# --- the precheck twin ----------------------------------------------------------------------------------
+
+def ast_may_hold_instance(index: SyntaxIndex, expr: ast.AST, followed: frozenset[str] = frozenset()) -> bool:
+    """Can ``Callees.instance_classes`` find a module class of the file for ``expr``: a call of
+    one, moved or wrapped, ``self``, or a name the file assigns such a value?"""
+    classes = ast_module_classes(index)
+    if not classes or len(followed) > MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        name = ast_dotted_name(func)
+        if name in classes:
+            return True
+        if isinstance(func, ast.Attribute) and func.attr in MODULE_MOVES:
+            return ast_may_hold_instance(index, func.value, followed)
+        first = [arg for arg in expr.args if not isinstance(arg, ast.Starred)]
+        called = index.qualified_names(func) | {name or ""}
+        return bool(first) and any(qualified.rsplit(".", 1)[-1] in MODULE_WRAPPERS for qualified in called) \
+            and ast_may_hold_instance(index, first[0], followed)
+    name = ast_dotted_name(expr)
+    if name == "self":
+        return True
+    if name is None or name in followed:
+        return False
+    return any(ast_may_hold_instance(index, value, followed | {name}) for value in ast_values(index).get(name, ()))

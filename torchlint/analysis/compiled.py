@@ -29,9 +29,10 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.callees import Callees, self_attribute
-from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, contains, dotted_name, find_keyword, literal_value,
-                                       positional_args)
+from torchlint.analysis.callees import Callees, ast_may_hold_instance, self_attribute
+from torchlint.analysis.loops import ast_loop_lines
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, contains, dotted_name,
+                                       find_keyword, literal_value, positional_args)
 from torchlint.analysis.walk import walk
 
 COMPILE_FUNCTIONS = frozenset({"torch.compile", "torch._dynamo.optimize"})
@@ -377,27 +378,119 @@ def compiled_code(module: cst.Module, bindings: Bindings, source: str) -> Compil
 
 # --- the precheck twin ----------------------------------------------------------------------------------
 
-def ast_compile_calls(index: SyntaxIndex) -> list[ast.AST]:
-    """The calls and decorators that may compile: anything named ``compile`` that is not
-    ``re.compile`` (``torch.compile(...)``, ``@torch.compile``, ``model.compile()``), and Dynamo's
-    ``optimize``."""
-    def compute() -> list[ast.AST]:
-        defines_classes = bool(index.nodes(ast.ClassDef))
-        found: list[ast.AST] = []
-        for call in index.calls("compile", "optimize"):
-            if (ast_dotted_name(call.func) or "").rsplit(".", 1)[0] in ("re", "regex"):
-                continue
-            if (ast_dotted_name(call.func) or "").partition(".")[0] in index.imported_from("torch"):
-                found.append(call)  # torch.compile(fn), torch._dynamo.optimize(...)
-            elif ast_callee(call) == "compile" and isinstance(call.func, ast.Attribute) and defines_classes \
-                    and not index.may_be_imported(call.func.value):
-                found.append(call)  # model.compile(): a module of a class the file defines, not a module's function
-        for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
-            found += [d for d in function.decorator_list if (ast_dotted_name(d) or "").endswith("compile")]
+@dataclass(frozen=True, eq=False)
+class AstSite:
+    """The precheck twin of ``CompileSite``: a place ``CompiledCode`` may take for a compile site."""
+
+    node: ast.AST  # the compile call, or the decorator
+    options: ast.Call | None  # the call whose keywords are its options
+    may_run: bool  # may it have entries: functions of the file it runs compiled
+    names: tuple[str, ...]  # the dotted names it may bind (``compiled_callable`` finds it by them)
+
+
+def ast_compile_sites(index: SyntaxIndex) -> list[AstSite]:
+    """Every place ``CompiledCode._collect_sites`` may take for a compile site: a decorator that
+    may name ``torch.compile`` or Dynamo's ``optimize``, ``torch.compile(target)``,
+    ``optimize(...)(target)`` (``torch.compile(...)(target)``), and ``x.compile()`` on what may hold
+    an instance of a module class of the file. What a site runs is found as ``_targets`` finds it:
+    a function of the file by name, or the method or ``forward`` of a module class of the file."""
+    def compute() -> list[AstSite]:
+        # `import torch.compile as tc` names it too: `index.calls` follows only `from ... import ... as`
+        renamed = [local for local, named in index.import_aliases.items() if not named.isdisjoint(COMPILE_FUNCTIONS)]
+        calls = index.calls("compile", "optimize", *renamed)
+        decorated = [function for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+                     if function.decorator_list]
+        if not calls and not decorated:
+            return []  # (a call of `optimize(...)`'s result is a call of `optimize` too)
+        def compiles(func: ast.AST, names: frozenset[str] = COMPILE_FUNCTIONS) -> bool:
+            return not names.isdisjoint(index.qualified_names(func))
+
+        def runs(target: ast.AST) -> bool:
+            if isinstance(target, ast.Name) and target.id in _ast_functions(index):
+                return True
+            return isinstance(target, ast.Attribute) and ast_may_hold_instance(index, target.value) \
+                or ast_may_hold_instance(index, target)
+
+        def site(call: ast.Call, options: ast.Call, may_run: bool, *names: str | None) -> AstSite:
+            return AstSite(call, options, may_run, tuple(name for name in (_ast_bound(index, call), *names) if name))
+
+        found: list[AstSite] = []
+        for function in decorated:
+            for decorator in function.decorator_list:
+                call = decorator if isinstance(decorator, ast.Call) else None
+                if compiles(decorator if call is None else call.func):
+                    found.append(AstSite(decorator, call, True, (function.name, f"self.{function.name}")))
+        for call in calls:
+            func = call.func
+            keyword = ast_find_keyword(call, "model")
+            positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
+            target = keyword.value if keyword is not None else positional[0] if positional else None
+            if target is not None and compiles(func, frozenset({"torch.compile"})):
+                found.append(site(call, call, runs(target)))
+            if isinstance(func, ast.Attribute) and func.attr == "compile" and ast_may_hold_instance(index, func.value):
+                found.append(site(call, call, True, ast_dotted_name(func.value)))
+        for call in index.nodes(ast.Call) if calls else ():
+            if type(call.func) is ast.Call and compiles(call.func.func):
+                positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
+                if positional:
+                    found.append(site(call, call.func, runs(positional[0])))
         return found
-    return index.memo("compile_calls", compute)
+    return index.memo("compile_sites", compute)
 
 
-def ast_may_compile(index: SyntaxIndex) -> bool:
-    """Can ``CompiledCode`` find a compile site in the file?"""
-    return bool(ast_compile_calls(index))
+def _ast_functions(index: SyntaxIndex) -> frozenset[str]:
+    """The names of the file's functions that are not methods: what ``Callees.functions_named`` may find."""
+    def compute() -> frozenset[str]:
+        methods = {id(node) for cls in index.nodes(ast.ClassDef) for node in cls.body}
+        return frozenset(function.name for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+                         if id(function) not in methods)
+    return index.memo("plain_functions", compute)
+
+
+def _ast_bound(index: SyntaxIndex, call: ast.Call) -> str | None:
+    """The dotted name a call is assigned to (``fn = torch.compile(f)``), as ``_bound_name`` reads it."""
+    for node in index.nodes(ast.Assign):
+        if node.value is call:
+            return ast_dotted_name(node.targets[0]) if len(node.targets) == 1 else None
+    for node in index.nodes(ast.AnnAssign):
+        if node.value is call:
+            return ast_dotted_name(node.target)
+    return None
+
+
+def ast_may_run_compiled(index: SyntaxIndex) -> bool:
+    """Can ``CompiledCode.regions`` find a function of the file that runs compiled?"""
+    return any(site.may_run for site in ast_compile_sites(index))
+
+
+def ast_compiled_callables(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``CompiledCode.compiled_callable``: the dotted names a call may call a
+    compiled function by."""
+    return index.memo("compiled_callables",
+                      lambda: frozenset(name for site in ast_compile_sites(index) for name in site.names))
+
+
+def ast_compiled_calls_in_loops(index: SyntaxIndex) -> list[ast.Call]:
+    """The calls TLC003 and TLC004 look at: a call of a compiled callable by name, inside a loop,
+    with an argument other than ``*args``/``**kwargs``."""
+    def compute() -> list[ast.Call]:
+        names = ast_compiled_callables(index)
+        if not names:
+            return []
+        loops = ast_loop_lines(index)
+        return [call for call in index.nodes(ast.Call) if loops[call.lineno] and ast_dotted_name(call.func) in names
+                and (any(not isinstance(arg, ast.Starred) for arg in call.args)
+                     or any(keyword.arg is not None for keyword in call.keywords))]
+    return index.memo("compiled_calls_in_loops", compute)
+
+
+def ast_configures_dynamic(index: SyntaxIndex) -> bool:
+    """The precheck twin of ``CompiledCode.configures_dynamic``: exactly it (it reads the text)."""
+    return any(word in index.source for word in DYNAMIC_SETTINGS)
+
+
+def ast_marks_dynamic_by_text(index: SyntaxIndex) -> bool:
+    """Does ``CompiledCode.marks_dynamic`` hold from the file's text alone (a setting of Dynamo's
+    shape options, ``mark_dynamic``, ``mark_unbacked``)? It may hold through a site's ``dynamic=``
+    too, which this leaves to LibCST."""
+    return ast_configures_dynamic(index) or any(word in index.source for word in ("mark_dynamic", "mark_unbacked"))

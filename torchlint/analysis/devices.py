@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import libcst as cst
 
-from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument, find_keyword,
                                        has_star_args, has_word, is_literal, positional_args, string_value,
@@ -223,15 +224,35 @@ class Devices:
 
 # --- the same questions on CPython's tree, for the prechecks ---------------------------------------------
 
-def ast_may_be_device(expr: ast.AST, index: SyntaxIndex) -> bool:
-    """Could Devices.is_device take this for a device? (A name always could.)"""
+def ast_may_be_device_value(expr: ast.AST, index: SyntaxIndex) -> bool:
+    """The precheck twin of ``is_device_value``."""
     if isinstance(expr, ast.Constant):
         return isinstance(expr.value, str) and bool(DEVICE_STRING.match(expr.value))
     if isinstance(expr, ast.IfExp):
-        return ast_may_be_device(expr.body, index) and ast_may_be_device(expr.orelse, index)
+        return ast_may_be_device_value(expr.body, index) and ast_may_be_device_value(expr.orelse, index)
+    return isinstance(expr, ast.JoinedStr) or isinstance(expr, ast.Call) \
+        and "torch.device" in index.qualified_names(expr.func)
+
+
+def ast_device_names(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``Devices.device_names``: plain names the file may assign a device."""
+    return index.memo("device_names", lambda: frozenset(
+        name for name, values in ast_values(index).items()
+        if "." not in name and any(ast_may_be_device_value(value, index) for value in values)))
+
+
+def ast_may_be_device(expr: ast.AST, index: SyntaxIndex, extra_names: Collection[str] | None = ()) -> bool:
+    """Could Devices.is_device take this for a device? A name when it is named like one, the file
+    may assign it a device, or it is one of ``extra_names`` (None: any name, the extra names being
+    unknown)."""
+    if ast_may_be_device_value(expr, index):
+        return True
+    if isinstance(expr, ast.IfExp):
+        return ast_may_be_device(expr.body, index, extra_names) and ast_may_be_device(expr.orelse, index, extra_names)
     if isinstance(expr, ast.Attribute):
         return expr.attr == "device"
-    return isinstance(expr, (ast.Name, ast.JoinedStr)) or index.is_call(expr, "device")
+    return isinstance(expr, ast.Name) and (extra_names is None or expr.id in extra_names or bool(
+        DEVICE_NAMES.match(expr.id)) or expr.id in ast_device_names(index))
 
 
 def _ast_may_be_cpu(expr: ast.AST, index: SyntaxIndex) -> bool:
@@ -247,15 +268,17 @@ def ast_device_argument(call: ast.Call) -> ast.AST | None:
     return found.value if found is not None else call.args[0] if call.args else None
 
 
-def ast_may_move(index: SyntaxIndex, call: ast.AST) -> bool:
-    """Could Devices.move read this call as a move to a device (``.cuda(...)``,
-    ``.to(<device>[, <dtype>])``)? A move to the CPU included, since a name may be bound to it."""
+def ast_may_move(index: SyntaxIndex, call: ast.AST, extra_names: Collection[str] | None = ()) -> bool:
+    """Could Devices.move (given ``extra_names``: see ast_may_be_device) read this call as a move to
+    a device (``.cuda(...)``, ``.to(<device>[, <dtype>])``)? A move to the CPU included, since a
+    name may be bound to it."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
         return False
     if call.func.attr == "cuda":
         return True
     device = ast_device_argument(call)
-    if call.func.attr != "to" or ast_has_star_args(call) or device is None or not ast_may_be_device(device, index):
+    if call.func.attr != "to" or ast_has_star_args(call) or device is None \
+            or not ast_may_be_device(device, index, extra_names):
         return False
     dtype = ast_find_keyword(call, "dtype")
     dtype = dtype.value if dtype is not None else call.args[1] if len(call.args) > 1 and call.args[0] is device \

@@ -72,12 +72,13 @@ class SyntaxIndex:
     aliases, with a memo for the answers the ``ast_`` questions compute once per file."""
 
     def __init__(self, tree: ast.Module, source: str, target_torch: tuple[int, ...] = (0,),
-                 path: str | None = None, project: Any = None):
+                 path: str | None = None, project: Any = None, settings: Any = None):
         self.tree = tree
         self.source = source
         self.path = path  # the file, and the project's modules (analysis/project.py) when known:
         self.project = project  # prechecks then see what a call of the project's own function does
         self.target_torch = target_torch  # the oldest torch by default: every version-gated shape counts
+        self.settings = settings  # the run's settings (config.Settings), when known: for rules' options
         self._by_type = _by_type(tree)
         # CPython ends a line at "\n", "\r\n" or a lone "\r"
         self._line_count = source.count("\n") + source.count("\r") - source.count("\r\n") + 1
@@ -93,6 +94,11 @@ class SyntaxIndex:
         """The torch the code may target is ``version`` or newer (by default the oldest torch is
         assumed, so that a precheck allows every version-gated shape)."""
         return at_least(self.target_torch, version)
+
+    def rule_option(self, rule: str, option: str, default: Any) -> Any:
+        """A rule's option as the run sets it (``Rule.option``); None when the index knows no settings,
+        so that a precheck that reads it allows any value."""
+        return None if self.settings is None else self.settings.rule_option(rule, option, default)
 
     def project_summaries(self) -> Any:
         """The summaries of the project's modules (callgraph.Summaries), with this file's text

@@ -84,6 +84,12 @@ def convolution_dimension(qualified: str | None) -> int | None:
     return CONVOLUTIONS.get(qualified)
 
 
+def is_module_root(qualified: str) -> bool:
+    """Does a base class's qualified name make a class that derives from it a module: a ``torch.nn``
+    class (``nn.Module``, ``nn.Sequential``...) or ``LightningModule``?"""
+    return qualified.startswith("torch.nn.") or lightning_names(qualified, *LIGHTNING_MODULE_PATHS)
+
+
 class Modules:
     def __init__(self, module: cst.Module, bindings: Bindings, calls: Callable[[], Calls] | None = None):
         self.module = module
@@ -95,8 +101,7 @@ class Modules:
         """Names of the classes in the file that are ``torch.nn`` modules: deriving from a
         ``torch.nn`` class (``nn.Module``, ``nn.Sequential``...), from ``LightningModule``, or from
         another such class of the file."""
-        return self.bindings.derived_classes(lambda name: (name or "").startswith("torch.nn.")
-                                             or lightning_names(name, *LIGHTNING_MODULE_PATHS))
+        return self.bindings.derived_classes(lambda name: name is not None and is_module_root(name))
 
     def holds_module(self, name: str | None) -> bool:
         """Is a (dotted) name bound to a module: an instance of one of the file's ``nn.Module``
@@ -393,12 +398,10 @@ def _ast_called_and_imported(index: SyntaxIndex) -> list[tuple[str | Import, str
 
 
 def ast_module_classes(index: SyntaxIndex) -> frozenset[str]:
-    """The precheck twin of ``Modules.classes``: the file's classes with a base that an import of
-    torch or Lightning names (``nn.Module``, ``torch.nn.Linear``, ``LightningModule``), or that
+    """The precheck twin of ``Modules.classes``: the file's classes with a base that an import may
+    name a ``torch.nn`` class or a ``LightningModule`` (``nn.Module``, ``torch.nn.Linear``), or that
     derive from such a class of the file."""
     def compute() -> frozenset[str]:
-        roots = index.imported_from("torch") | index.imported_from("pytorch_lightning") \
-            | index.imported_from("lightning")
         classes = index.nodes(ast.ClassDef)
         found: set[str] = set()
         changed = True
@@ -407,8 +410,9 @@ def ast_module_classes(index: SyntaxIndex) -> frozenset[str]:
             for node in classes:
                 if node.name in found:
                     continue
-                bases = [ast_dotted_name(base) or "" for base in node.bases]
-                if any(base.partition(".")[0] in roots or base in found for base in bases):
+                bases = [base.value if isinstance(base, ast.Starred) else base for base in node.bases]
+                if any(ast_dotted_name(base) in found or any(map(is_module_root, index.qualified_names(base)))
+                       for base in bases):
                     found.add(node.name)
                     changed = True
         return frozenset(found)
