@@ -47,21 +47,39 @@ and give the DataLoader a `DistributedSampler` so that each process sees its own
 
 ## Fix safety
 
-Unsafe. The fix inserts three small functions after the imports and uses them: the model is
-wrapped by `_distributed_data_parallel(model)` instead of `DataParallel`, and every DataLoader that a
-training loop iterates gets `sampler=_distributed_sampler(dataset, shuffle=...)` in place of its
-`shuffle=`, so that each process trains on its own shard (a DDP rewrite without sharding trains
-every process on the whole dataset). Launched by `torchrun`, the helpers join the process group
-(NCCL on GPU, gloo on CPU) and pin the process to its `LOCAL_RANK` GPU; run as a plain
-`python script.py`, they create a one-process group, so the script still runs and `model.module`
-still works. The values change: the sampler shuffles with its own generator, each process now runs
-the whole loop, and logging or checkpointing should be restricted to rank 0; `device_ids` and
-`output_device` are dropped. TL502 `ddp-sampler` then adds `sampler.set_epoch(epoch)` to the epoch
-loop in the same `--fix` run. `torchlint verify --nproc 2 --unsafe-fixes` checks the rewritten script
-under `torchrun` (world size 2) and as plain python. No fix when a training loader cannot be
-sharded (it has a sampler of its own, takes `**kwargs` or a positional `shuffle`, or builds its
-dataset inside the call, which would then be built twice), for a `DataParallel(...)` call with
-`dim=` or `**kwargs`, in a file that trains nothing, or in a script that already has a DDP path.
+Unsafe. The fix writes no helper function: before the first statement that needs the process group
+(the `DataParallel` call, or a training DataLoader that comes before it in the same block), it
+inserts seven lines, and the imports they use:
+
+```python
+if not dist.is_initialized() and "LOCAL_RANK" in os.environ:  # under torchrun (torchlint TL501)
+    dist.init_process_group()
+elif not dist.is_initialized():  # run as plain python: a process group of this one process
+    dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+if torch.cuda.is_available():  # one GPU per process
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
+```
+
+The model is then wrapped as `DistributedDataParallel(model.to(gpu), device_ids=None if gpu is None
+else [gpu])`, and every DataLoader that a training loop iterates gets `sampler=DistributedSampler(
+dataset, shuffle=...)` in place of its `shuffle=`, so that each process trains on its own shard (a
+DDP rewrite without sharding trains every process on the whole dataset); a loader built in another
+function gets the first four lines before it. The lines run where the model and the data are set
+up, so importing the file joins no process group. Launched by `torchrun`, the script joins the group
+torchrun set up and each process takes its `LOCAL_RANK` GPU; run as a plain `python script.py`, it
+creates a group of one process, so the script still runs, `model.module` still works and a
+checkpoint keeps DataParallel's `module.` keys. Without a backend, torch (2.0 and later) uses NCCL
+for CUDA tensors and gloo for CPU ones; for an older `target-torch` the fix names the backend. The
+values change: the sampler shuffles with its own generator, each process now runs the whole loop,
+and logging or checkpointing should be restricted to rank 0; `device_ids` and `output_device` are
+dropped. TL502 `ddp-sampler` then adds `sampler.set_epoch(epoch)` to the epoch loop in the same
+`--fix` run. `torchlint verify --nproc 2 --unsafe-fixes` checks the rewritten script under
+`torchrun` (world size 2) and as plain python. No fix when a training loader cannot be sharded (it
+has a sampler of its own, takes `**kwargs` or a positional `shuffle`, or builds its dataset inside
+the call, which would then be built twice), for a `DataParallel(...)` call with `dim=` or
+`**kwargs` or in a class body, in a file that trains nothing, or in a script that already has a DDP
+path.
 
 ## References
 
@@ -79,11 +97,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL, dataloader_argument, is_dataloader_call
+from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, dataloader_argument,
+                                    is_dataloader_call)
 from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, has_star_args, returns_of
-from torchlint.fixes import NodeEdit, keyword_argument, remove_arg, set_keyword
+from torchlint.fixes import (block_indentation, import_reference, imported_name, keyword_argument, remove_arg,
+                             set_keyword)
 from torchlint.rule import Rule, SyntaxIndex
-from torchlint.rules._distributed import HELPERS_SOURCE, SAMPLER_HELPER, WRAP_HELPER
+from torchlint.rules._distributed import MARK, is_sampler_helper, setup_lines
 
 DATA_PARALLEL = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -91,15 +111,29 @@ DATA_PARALLEL = frozenset({
 DROPPED_KEYWORDS = {"device_ids", "output_device"}
 # what may be chained on the wrapped module before it is bound: `DataParallel(m).eval().to(device)`
 CHAINED_METHODS = frozenset({"to", "cuda", "eval", "float", "half", "requires_grad_"})
+# the expressions `.to(...)` can follow without parentheses
+ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+@dataclass
+class _Place:
+    """The statement a call runs in that sits in a block (the module's body or an indented block):
+    where a line that must run before the call goes."""
+
+    statement: cst.BaseStatement
+    block: cst.Module | cst.IndentedBlock
+    index: int  # of the statement in its block
+    indent: str
+    top: cst.CSTNode  # the module-level statement around it
+    in_class: bool  # the block is a class body (its names are not seen by the functions within)
 
 
 @dataclass
 class _Site:
-    """A `DataParallel(...)` call, and where the helpers would go (the last top-level import
-    before the statement that calls it)."""
+    """A `DataParallel(...)` call, and what the code does with the module it wraps."""
 
     call: cst.Call
-    anchor: cst.CSTNode | None
+    place: _Place | None
     evaluated: bool  # put in eval mode: `DataParallel(m).eval()`, or `.eval()` on the name bound to it
     leaves: bool  # given to the caller: returned, or set on `self`
 
@@ -109,8 +143,10 @@ class _Loader:
     """A DataLoader call of the file, and what sharding it for DDP takes."""
 
     call: cst.Call
+    place: _Place | None
     trains: bool  # a training loop iterates it
-    edit: NodeEdit | None  # the rewrite with a distributed sampler; None when it cannot be written
+    sharded: bool  # it has a DistributedSampler already
+    shard: tuple[cst.BaseExpression, cst.Arg | None] | None  # its dataset and `shuffle=`; None: cannot be sharded
 
 
 class DataParallel(Rule):
@@ -140,10 +176,16 @@ class DataParallel(Rule):
         elif is_dataloader_call(node, self.ctx.bindings):
             trains = any(self.ctx.loops.runs_backward(loop)
                          for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name()))
-            self.loaders.append(_Loader(node, trains, self._sharded(node) if trains else None))
+            sampler = dataloader_argument(node, "sampler")
+            sampler = sampler.value if sampler is not None else None
+            sharded = is_sampler_helper(sampler) or (
+                isinstance(sampler, cst.Call) and self.ctx.qualified_name(sampler.func) in DISTRIBUTED_SAMPLERS)
+            self.loaders.append(_Loader(node, self._place(), trains, sharded, self._shard(node) if trains else None))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         training = bool(self.ctx.loops.training_loops) or any(loader.trains for loader in self.loaders)
+        # the DDP calls TL501's fix wrote do not make a DDP path of the script's own
+        uses_ddp = self.uses_ddp and MARK not in self.ctx.source
         for site in self.sites:
             if site.evaluated and "backward" not in self.ctx.code:
                 continue  # a network for inference only (FID's Inception): there is no training to move to DDP
@@ -156,7 +198,7 @@ class DataParallel(Rule):
                 self.report(site.call, "`DataParallel` here only runs the model forward (nothing in this file "
                                        "trains); for inference, run one process per GPU on its own share of the "
                                        "inputs, or one GPU, instead of scattering every batch from one process")
-            elif self.uses_ddp:
+            elif uses_ddp:
                 self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
                                        "`DistributedDataParallel` even on one machine; this script already has a "
                                        "DDP path: launch that one with torchrun")
@@ -190,9 +232,21 @@ class DataParallel(Rule):
             leaves = function is not None and any(
                 returned.value is not None and dotted_name(returned.value) == bound
                 for returned in returns_of(function))
-        return _Site(call, self._last_import_before_use(), evaluated, leaves)
+        return _Site(call, self._place(), evaluated, leaves)
+
+    def _place(self) -> _Place | None:
+        position = self.ctx.statement_position()
+        if position is None:
+            return None
+        statement, _, index = position
+        block = self.ctx.block_of(statement)
+        indent = block_indentation(self.ctx, block) if isinstance(block, cst.IndentedBlock) else ""
+        owner = self.ctx.block_of(block) if isinstance(block, cst.IndentedBlock) else None
+        return _Place(statement, block, index, indent, self.ctx.ancestors[1], isinstance(owner, cst.ClassDef))
 
     def _fix(self, site: _Site):
+        """DDP at the call and a `DistributedSampler` for each training loader, with the lines that
+        join the process group before them (in each block, before the first of them)."""
         node = site.call
         module_arg = find_argument(node, "module", 0)
         if module_arg is None or has_star_args(node) or find_keyword(node, "dim") is not None:
@@ -200,24 +254,154 @@ class DataParallel(Rule):
         extra = [a for a in node.args if a is not module_arg]
         if any(a.keyword is None or a.keyword.value not in DROPPED_KEYWORDS for a in extra):
             return None
-        training_loaders = [loader for loader in self.loaders if loader.trains]
-        if any(loader.edit is None for loader in training_loaders):
+        loaders = [loader for loader in self.loaders if loader.trains and not loader.sharded]
+        if any(loader.shard is None or loader.place is None for loader in loaders):
             return None  # a training loader that cannot be sharded: DDP would train on every sample per rank
-        call = cst.Call(func=cst.Name(WRAP_HELPER), args=[cst.Arg(module_arg.value)])
-        edits = [self.replace(node, call), *(loader.edit for loader in training_loaders)]
-        if f"def {WRAP_HELPER}(" not in self.ctx.source:
-            if site.anchor is None:
-                return None
-            body = self.ctx.module.body
-            following = body[body.index(site.anchor) + 1]
-            blank_lines = sum(1 for line in following.leading_lines if line.comment is None)
-            edits.append(self.insert_lines_after(site.anchor, HELPERS_SOURCE + "\n" * max(0, 2 - blank_lines)))
-        return self.fix("Train with DistributedDataParallel and a DistributedSampler (runs under torchrun and as "
-                        "plain python)", *edits)
+        if site.place is None or site.place.in_class:
+            return None
+        # the other DataParallel calls of the block count as places too: each fix then writes its
+        # lines before the first of them, so that the fixes overlap and one fix takes them; the
+        # others reuse its name for the GPU in the next round
+        neighbours = [other.place for other in self.sites if other is not site and other.place is not None
+                      and other.place.block is site.place.block]
+        fix = self.fix_builder("Train with DistributedDataParallel and a DistributedSampler (runs under torchrun "
+                               "and as plain python)")
+        places = [site.place, *(loader.place for loader in loaders)]
+        first = min(self.ctx.module.body.index(place.top) for place in places)  # the first statement to run them
+        imports: list[str] = []
+        torch = self._import("torch", None, "torch", imports)
+        os_name = self._import_os(fix, first, imports)
+        if torch is None or os_name is None:
+            return None
+        # torch 2.0 and later pick the backend: NCCL for CUDA tensors, gloo for the others
+        backend = "" if self.ctx.torch_at_least("2.0") else f'"nccl" if {torch}.cuda.is_available() else "gloo", '
+        names = {"torch": torch, "os": os_name, "backend": backend,
+                 "dist": self._import("torch.distributed", None, "dist", imports) or f"{torch}.distributed"}
+        ddp = self._import("torch.nn.parallel", "DistributedDataParallel", None, imports) \
+            or f"{torch}.nn.parallel.DistributedDataParallel"
+        sampler = (self._import("torch.utils.data", "DistributedSampler", None, imports)
+                   or f"{torch}.utils.data.DistributedSampler") if loaders else None
+        gpu, lines = self._process_group_lines(names, site.place, places + neighbours)
+        if gpu is None or not self._add_imports(fix, imports, first, lines):
+            return None
+        for statement, text in lines.values():
+            fix.add(self.insert_lines_before(statement, text))
+        wrapped = module_arg.value
+        if not isinstance(wrapped, ATOMS) and not wrapped.lpar:
+            wrapped = wrapped.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        moved = cst.Call(cst.Attribute(wrapped, cst.Name("to")), [cst.Arg(cst.Name(gpu))])
+        fix.replace(node, cst.Call(cst.parse_expression(ddp), [
+            cst.Arg(moved, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            keyword_argument("device_ids", cst.parse_expression(f"None if {gpu} is None else [{gpu}]"))]))
+        for loader in loaders:
+            dataset, shuffle = loader.shard
+            shard = cst.Call(cst.parse_expression(sampler), [
+                cst.Arg(dataset, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                keyword_argument("shuffle", shuffle.value if shuffle is not None else cst.Name("False"))])
+            unshuffled = remove_arg(loader.call, shuffle) if shuffle is not None else loader.call
+            fix.replace(loader.call, set_keyword(unshuffled, "sampler", shard))
+        return fix.build()
 
-    def _sharded(self, call: cst.Call) -> NodeEdit | None:
-        """The loader rewritten to read its shard: ``sampler=_distributed_sampler(dataset,
-        shuffle=...)`` in place of ``shuffle=``; None when it has a sampler of its own or arguments
+    def _process_group_lines(self, names: dict[str, str], wrap: _Place, places: list[_Place]
+                             ) -> tuple[str | None, dict[int, tuple[cst.BaseStatement, str]]]:
+        """The lines that join the process group, before the first of ``places`` in each block
+        (unless lines before it there do already, as a former fix of this file wrote), and in
+        ``wrap``'s block those that pick this process's GPU: by statement, the statement and the
+        lines that go before it; and the name the GPU is bound to (None: no name is free)."""
+        firsts: dict[int, _Place] = {}
+        for place in places:
+            if id(place.block) not in firsts or place.index < firsts[id(place.block)].index:
+                firsts[id(place.block)] = place
+        gpu, lines = None, {}
+        for place in firsts.values():
+            joined, bound = self._joined_before(place.block, place.index)
+            new_gpu = None
+            if place.block is wrap.block:
+                gpu = bound or next((name for name in ("gpu", "local_gpu", "ddp_gpu")
+                                     if self._free(name) or self._only_ours(name)), None)
+                if gpu is None:
+                    return None, {}
+                new_gpu = None if bound else gpu
+            if not joined or new_gpu:
+                lines[id(place.statement)] = (place.statement, setup_lines(
+                    names, place.indent, self.ctx.module.default_indent, not joined, new_gpu))
+        return gpu, lines
+
+    def _add_imports(self, fix, imports: list[str], first: int, lines: dict[int, tuple[cst.BaseStatement, str]]
+                     ) -> bool:
+        """Add the import lines after the last module-level import before the module's statement
+        ``first``; False when there is none. Lines that go right after that import (before the
+        next statement, with no blank line) take the imports in front of them instead: two
+        insertions at one point would come out in no set order."""
+        if not imports:
+            return True
+        body = self.ctx.module.body
+        anchor = next((statement for statement in reversed(body[:first])
+                       if isinstance(statement, cst.SimpleStatementLine)
+                       and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)), None)
+        if anchor is None:
+            return False
+        imports.sort(key=lambda line: (line.startswith("from "), line))  # as isort orders them
+        following = body[body.index(anchor) + 1]
+        if id(following) in lines and not following.leading_lines:
+            lines[id(following)] = (following, "".join(imports) + lines[id(following)][1])
+        else:
+            fix.add(self.insert_lines_after(anchor, "".join(imports)))
+        return True
+
+    def _joined_before(self, block: cst.Module | cst.IndentedBlock, index: int) -> tuple[bool, str | None]:
+        """Whether statements of ``block`` before ``index`` join the process group (``if not
+        dist.is_initialized() ...``), and the name one of them binds this process's GPU to."""
+        joined, bound = False, None
+        for statement in block.body[:index]:
+            if isinstance(statement, cst.If) and "is_initialized()" in self.ctx.code_for(statement.test):
+                joined = True
+            elif isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                    and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
+                    and isinstance(statement.body[0].targets[0].target, cst.Name) \
+                    and ".cuda.current_device()" in self.ctx.code_for(statement.body[0].value):
+                bound = statement.body[0].targets[0].target.value
+        return joined, bound
+
+    def _import(self, module: str, name: str | None, alias: str | None, imports: list[str]) -> str | None:
+        """The file's name for ``module`` (or ``module.name``); when the file lacks it, the import
+        line goes into ``imports`` (``import module as alias`` for a module). None when the name is
+        taken (the caller spells it through torch)."""
+        local = imported_name(self.ctx, module, name)
+        if local is not None or not self._free(alias or name):
+            return local
+        if name is not None:
+            imports.append(f"from {module} import {name}\n")
+        else:
+            imports.append(f"import {module}\n" if alias == module else f"import {module} as {alias}\n")
+        return alias or name
+
+    def _import_os(self, fix, first: int, imports: list[str]) -> str | None:
+        """The file's name for ``os``: ``import os`` goes first among the imports, as isort puts it,
+        or after them (a comment mentions the word, or the first import comes too late)."""
+        reference = import_reference(self.ctx, "os")
+        if reference is None or (reference[1] is not None and self.ctx.module.body.index(reference[1].node) > first):
+            return self._import("os", None, "os", imports)
+        local, edit = reference
+        if edit is not None:
+            fix.add(edit)
+        return local
+
+    def _only_ours(self, name: str) -> bool:
+        """Only lines this fix writes mention ``name``: the GPU's, in other functions of the file."""
+        lines = [line for line in self.ctx.code.splitlines() if re.search(rf"(?<![\w.]){name}\b", line)]
+        return all((line.lstrip().startswith(f"{name} = ") and ".cuda.current_device()" in line)
+                   or f"device_ids=None if {name} is None else [{name}]" in line for line in lines)
+
+    def _free(self, name: str) -> bool:
+        """Nothing in the file binds ``name`` or reads it (comments, docstrings and the names of
+        modules in import statements aside: ``import torch.nn as nn`` leaves ``torch`` free)."""
+        return not self.ctx.bindings.is_bound(name) and re.search(
+            rf"^(?![ \t]*(?:import|from)[ \t]).*(?<![\w.]){name}\b", self.ctx.code, re.MULTILINE) is None
+
+    def _shard(self, call: cst.Call) -> tuple[cst.BaseExpression, cst.Arg | None] | None:
+        """What the loader's ``sampler=DistributedSampler(dataset, shuffle=...)`` is made of: its
+        dataset and its ``shuffle=`` argument; None when it has a sampler of its own or arguments
         that cannot be seen."""
         dataset = dataloader_argument(call, "dataset")
         if dataset is None or has_star_args(call) or dataloader_argument(call, "sampler") is not None \
@@ -227,20 +411,4 @@ class DataParallel(Rule):
         shuffle = dataloader_argument(call, "shuffle")
         if shuffle is not None and shuffle.keyword is None:
             return None  # positional: the arguments after it would shift
-        shuffled = shuffle.value if shuffle is not None else cst.Name("False")
-        sampler = cst.Call(cst.Name(SAMPLER_HELPER), [
-            cst.Arg(dataset.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-            keyword_argument("shuffle", shuffled)])
-        new = remove_arg(call, shuffle) if shuffle is not None else call
-        return self.replace(call, set_keyword(new, "sampler", sampler))
-
-    def _last_import_before_use(self) -> cst.CSTNode | None:
-        """The helper goes after the last top-level import that precedes the statement using it."""
-        body = self.ctx.module.body
-        using = self.ctx.ancestors[1]  # the top-level statement around the call
-        anchor = None
-        for statement in body[: body.index(using)]:
-            if isinstance(statement, cst.SimpleStatementLine) and any(
-                    isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body):
-                anchor = statement
-        return anchor
+        return dataset.value, shuffle

@@ -44,7 +44,8 @@ def test_unsafe_fixes_need_the_flag(project):
     assert "1 hidden fix can be enabled with the `--unsafe-fixes` option" in result.stdout.decode()
     result = run_torchlint("--fix", "--unsafe-fixes", "--select", "TL501", "dp.py", cwd=project)
     assert result.returncode == 0
-    assert "_distributed_data_parallel(nn.Linear(2, 2))" in (project / "dp.py").read_text()
+    assert "DistributedDataParallel(nn.Linear(2, 2).to(gpu), device_ids=None if gpu is None else [gpu])" \
+        in (project / "dp.py").read_text()
 
 
 def test_diff_does_not_write(project):

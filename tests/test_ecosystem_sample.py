@@ -93,7 +93,7 @@ def test_committed_sample(tmp_path):
     assert after["compat.py"] == before["compat.py"]
     assert b"history.append(loss.detach())" in after["train_cnn_amp.py"]
     assert b'torch.amp.autocast("cuda", enabled=args.amp)' in after["train_cnn_amp.py"]
-    assert b"_distributed_data_parallel(build_model())" in after["ddp_train.py"]
+    assert b"DistributedDataParallel(build_model().to(gpu), device_ids=" in after["ddp_train.py"]
     assert b'accelerator="gpu", devices=1' in after["lightning_module.py"]
 
 

@@ -123,7 +123,7 @@ def test_a_multi_line_fix_in_a_crlf_file_writes_crlf(project):
     path.write_bytes(source.encode())
     assert fix(project, "dp.py", unsafe=True).returncode == 0
     data = path.read_bytes()
-    assert b"def _distributed_data_parallel(module):\r\n" in data
+    assert b"    dist.init_process_group()\r\nelif not dist.is_initialized():" in data
     assert b"\n" not in data.replace(b"\r\n", b"")  # no bare LF was introduced
     compile(data, "dp.py", "exec")
 

@@ -301,7 +301,7 @@ async def test_quick_fix_disable_and_fix_all(neovim: LanguageClient, workspace: 
 
     unsafe = await code_actions(neovim, uri, 2)
     assert unsafe[0].title.endswith("(unsafe)") and not unsafe[0].is_preferred
-    assert "_distributed_data_parallel" in apply(text, edits_of(unsafe[0], uri), "utf-8")
+    assert "DistributedDataParallel(nn.Linear(2, 2).to(gpu)" in apply(text, edits_of(unsafe[0], uri), "utf-8")
 
     only = await code_actions(neovim, uri, 0, only=["source.fixAll"])
     assert [a.kind for a in only] == ["source.fixAll.torchlint"]
@@ -354,8 +354,8 @@ async def test_settings_from_config_initialization_options_and_client(neovim: La
             settings={"torchlint": {"select": ["TL5"], "unsafeFixes": True}}))
         assert codes(await published(neovim, uri, before)) == ["TL501"]
         (fix_all,) = await code_actions(neovim, uri, 0, only=["source.fixAll"])
-        assert "_distributed_data_parallel(nn.Linear(2, 2))" in apply(ZERO_GRAD + DATA_PARALLEL,
-                                                                      edits_of(fix_all, uri), "utf-8")
+        assert "DistributedDataParallel(nn.Linear(2, 2).to(gpu)" in apply(ZERO_GRAD + DATA_PARALLEL,
+                                                                          edits_of(fix_all, uri), "utf-8")
         before = len(neovim.published)
         neovim.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"torchlint": {"select": "nope"}}))
@@ -419,16 +419,18 @@ async def test_notebook_code_actions_edit_the_cells_they_are_for(vscode: Languag
     assert apply(texts[magics], cell_edits(fix_all)[magics][1], "utf-16") == texts[magics].replace(
         "torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
 
-    # TL501's fix puts its helper after the imports: an edit of cell 0, at cell 0's version.
+    # TL501's fix puts the imports it needs among cell 0's: an edit of cell 0, at cell 0's version.
     unsafe = (await code_actions(vscode, model, 0))[0]
     assert unsafe.title.endswith("(unsafe)")
     edits = cell_edits(unsafe)
     assert edits.keys() == {model, imports}
     assert (edits[model][0], edits[imports][0]) == (versions[model], versions[imports])
-    assert apply(texts[model], edits[model][1], "utf-16") == texts[model].replace(
-        "nn.DataParallel(", "_distributed_data_parallel(")
+    fixed_model = apply(texts[model], edits[model][1], "utf-16")
+    assert fixed_model.startswith("if not dist.is_initialized()") and fixed_model.endswith(texts[model].replace(
+        "nn.DataParallel(nn.Linear(2, 2))",
+        "DistributedDataParallel(nn.Linear(2, 2).to(gpu), device_ids=None if gpu is None else [gpu])"))
     assert apply(texts[imports], edits[imports][1], "utf-16").startswith(
-        texts[imports] + "\n\n\ndef _init_distributed(")
+        "import os\n\n" + texts[imports] + "\nimport torch.distributed as dist\n")
     close_notebook(vscode, notebook)
 
 

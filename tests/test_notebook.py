@@ -137,14 +137,18 @@ def test_unsafe_fix_across_cells_writes_a_valid_notebook(project):
     write(path, notebook("import torch\nimport torch.nn as nn", "# Model", training))
     _, found = json_report(project, "dp.ipynb")
     edits = found["dp.ipynb"][0]["data"]["fix"]["edits"]
-    assert [e.get("cell") for e in edits] == [None, 0]  # the helper goes after the imports, in cell 0
+    assert [e.get("cell") for e in edits] == [0, 0, None, None]  # the imports it needs go to cell 0
     result = run_torchlint("--fix", "--unsafe-fixes", "dp.ipynb", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     fixed = nbformat.read(str(path), as_version=4)
     nbformat.validate(fixed)
-    assert fixed.cells[0].source.startswith("import torch\nimport torch.nn as nn\n\n\ndef _init_distributed(")
+    assert fixed.cells[0].source.startswith("import os\n\nimport torch\nimport torch.nn as nn\n"
+                                            "import torch.distributed as dist\n")
     assert not fixed.cells[0].source.endswith("\n")  # the cell had no trailing newline, and gets none
-    assert fixed.cells[2].source == training.replace("nn.DataParallel(", "_distributed_data_parallel(")
+    assert fixed.cells[2].source.startswith("if not dist.is_initialized()")  # the process group, then DDP
+    assert fixed.cells[2].source.endswith(training.replace(
+        "nn.DataParallel(nn.Linear(2, 2))",
+        "DistributedDataParallel(nn.Linear(2, 2).to(gpu), device_ids=None if gpu is None else [gpu])"))
     assert run_torchlint("--no-cache", "--select", "TL5", "dp.ipynb", cwd=project).returncode == 0
 
 

@@ -177,7 +177,7 @@ def test_all_fixes_are_the_engines_and_each_applies_alone(tmp_path):
 
 
 def test_a_fix_taken_in_a_later_round_keeps_its_original_line(tmp_path):
-    # TL501's rewrite inserts a helper of many lines; TL705's fix lands in a later round, and is
+    # TL501's rewrite inserts lines (imports, the process group); TL705's fix lands in a later round, and is
     # still named by its line in the script as written. TL502 (a DistributedSampler) exists only
     # once TL501 has made the model DDP: it is named by the line of the loop it fixes.
     from pathlib import Path
