@@ -31,6 +31,8 @@ from torchlint.fileio import read_source  # noqa: E402
 from torchlint.harness import fix_plan  # noqa: E402
 from torchlint.harness import verify as verify_module  # noqa: E402
 from torchlint.harness.cli import verify  # noqa: E402
+from torchlint.diagnostics import SAFE  # noqa: E402
+from torchlint.rule import all_rules, rule_plugin  # noqa: E402
 
 TRAINING = Path(__file__).resolve().parent.parent / "fixtures" / "training"
 STEPS = 50  # every reference script has more steps than this, and clearly learns within them
@@ -429,7 +431,21 @@ PER_FIX_KEYS = {"code", "line", "applicability", "verdict", "loss_max_rel_diff",
                 "peak_memory_ratio", "kept"}
 
 
-@pytest.mark.parametrize("script", ["cnn_bn_leak.py", "mlp_move.py", "amp_old_spellings.py", "dataparallel.py"])
+# Every reference script runs as written under `verify --each`, but the Lightning 1.x one: it does not
+# start under Lightning 2.x until its Trainer arguments are migrated, so its own test verifies it
+# migrated (test_lightning_script_needs_its_migration_then_its_other_fix_is_verified).
+NEEDS_MIGRATION = "lightning_old_trainer.py"
+EACH_VERIFIED = sorted(path.name for path in TRAINING.glob("*.py") if path.name != NEEDS_MIGRATION)
+
+
+def reference_script(name: str):
+    """A reference script as a test parameter, skipped when it needs Lightning and Lightning is missing."""
+    needs_lightning = "import pytorch_lightning" in (TRAINING / name).read_text(encoding="utf-8")
+    missing = needs_lightning and importlib.util.find_spec("pytorch_lightning") is None
+    return pytest.param(name, id=name, marks=pytest.mark.skipif(missing, reason=f"{name} needs pytorch_lightning"))
+
+
+@pytest.mark.parametrize("script", [reference_script(name) for name in EACH_VERIFIED])
 def test_every_safe_fix_of_the_reference_scripts_keeps_the_trajectory(script):
     exit_code, report = verification(script, "--each")
     if script == "dataparallel.py":  # its fixes are all unsafe
@@ -556,6 +572,13 @@ def test_profile_ranks_the_loader_first_and_lists_the_host_sync(tmp_path):
     assert [entry["ms_per_step"] for entry in profile] == sorted((e["ms_per_step"] for e in profile), reverse=True)
 
 
+def migrated_lightning_script() -> str:
+    """The Lightning 1.x reference script with only its Trainer arguments migrated (TL901)."""
+    source = TRAINING / NEEDS_MIGRATION
+    return fix_plan.apply_fixes(source.read_text(encoding="utf-8"), str(source),
+                                resolve_settings(source, select=["TL901"])).source
+
+
 def test_lightning_script_needs_its_migration_then_its_other_fix_is_verified(tmp_path):
     pytest.importorskip("pytorch_lightning", reason="the Lightning reference script needs pytorch_lightning")
     exit_code, report = verification("lightning_old_trainer.py")
@@ -563,12 +586,53 @@ def test_lightning_script_needs_its_migration_then_its_other_fix_is_verified(tmp
     assert report["reasons"] == ["the original script does not run: TypeError: Trainer.__init__() got an "
                                  "unexpected keyword argument 'gpus'"]
     # With only its Trainer arguments migrated (TL901), the script runs, and TL903's safe fix is verified.
-    source = TRAINING / "lightning_old_trainer.py"
-    migrated = fix_plan.apply_fixes(source.read_text(encoding="utf-8"), str(source),
-                                    resolve_settings(source, select=["TL901"])).source
-    script = write_script(tmp_path, migrated)
+    script = write_script(tmp_path, migrated_lightning_script())
     exit_code, stdout, _ = run_cli("--format", "json", "--steps", "10", "--each", str(script))
     report = json.loads(stdout)
     assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
     assert [(f["code"], f["verdict"]) for f in report["per_fix"]] == [("TL903", "pass")]
     assert report["per_fix"][0]["loss_max_rel_diff"] == 0
+
+
+# --- every safe fix runs under verify (issue 15) -----------------------------------------------------
+
+# Rules whose fix is safe but that no verify test runs, each with the reason. A safe-fix rule that is
+# neither fixed in a script a verify test runs nor listed here fails the test below.
+SAFE_FIXES_NOT_RUN = {
+    # Every loader the rule reports raises in its constructor on torch 2.0 and newer (`ValueError:
+    # prefetch_factor option could only be specified in multiprocessing`, `persistent_workers option
+    # needs num_workers > 0`): the original script cannot run, so there is no trajectory to compare
+    # the fixed one with. The fix changes nothing but that crash.
+    "TL604": "the anti-pattern is a ValueError in DataLoader's constructor: the original cannot run",
+}
+
+
+def verified_scripts() -> dict[str, tuple[Path, str]]:
+    """The scripts the verify tests run with their safe fixes, as they run them: label -> (path, source)."""
+    from test_verify_zoo import CI_SCRIPTS, ZOO, verify_zoo
+
+    scripts = {name: (TRAINING / name, (TRAINING / name).read_text(encoding="utf-8")) for name in EACH_VERIFIED}
+    scripts[f"{NEEDS_MIGRATION} (migrated)"] = (TRAINING / NEEDS_MIGRATION, migrated_lightning_script())
+    for entry in verify_zoo.SCRIPTS:
+        if entry.name in CI_SCRIPTS:
+            path = ZOO / entry.name / entry.script
+            scripts[f"zoo {entry.name}"] = (path, path.read_text(encoding="utf-8"))
+    return scripts
+
+
+def has_safe_fix(path: Path, source: str, code: str) -> bool:
+    diagnostics = lint_source(source, str(path), resolve_settings(path, select=[code]))
+    return any(d.code == code and d.fix is not None and d.fix.applicability == SAFE for d in diagnostics)
+
+
+def test_every_safe_fix_runs_under_verify():
+    safe = {rule.code for rule in all_rules() if rule.fix_applicability == SAFE and rule_plugin(rule) is None}
+    scripts = verified_scripts()
+    run_in = {code: [label for label, (path, source) in scripts.items() if has_safe_fix(path, source, code)]
+              for code in safe}
+    missing = sorted(code for code in safe if not run_in[code] and code not in SAFE_FIXES_NOT_RUN)
+    assert not missing, (f"no verify test runs the safe fixes of {missing}: add a script with the anti-pattern "
+                         "to fixtures/training, or list the rule in SAFE_FIXES_NOT_RUN with the reason it cannot run")
+    assert set(SAFE_FIXES_NOT_RUN) <= safe, "SAFE_FIXES_NOT_RUN lists a rule whose fix is not safe"
+    assert not {code: run_in[code] for code in SAFE_FIXES_NOT_RUN if run_in[code]}, \
+        "a rule in SAFE_FIXES_NOT_RUN is verified now: take it off the list"
