@@ -98,21 +98,12 @@ class ProjectModules:
                 break
             total -= self._retained.pop(oldest)
             digest, summary, _ = self._loaded[oldest]
-            summary.release_trees(lambda oldest=oldest, digest=digest: self._reparse(oldest, digest))
+            summary.release_trees(lambda oldest=oldest, digest=digest: self._reparsed(oldest, digest))
 
-    def _reparse(self, path: str, digest: str) -> ModuleSummary | None:
-        """A fresh summary, with its trees, of a file whose trees were let go; None when the file
-        no longer holds the text it was summarized from."""
-        try:
-            raw = Path(path).read_bytes()
-            if hashlib.sha256(raw).hexdigest() != digest:
-                return None
-            source = decode_source(raw)[0]
-            summary = summarize_module(ast.parse(source), source, path)
-        except (OSError, SourceDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-        if path in self._loaded:
-            self._retain(path)
+    def _reparsed(self, path: str, digest: str) -> ModuleSummary | None:
+        summary = _reparse(path, digest)
+        if summary is not None and path in self._loaded:
+            self._retain(path)  # it holds trees again
         return summary
 
     def use_source(self, path: str, source: str, tree: ast.Module | None = None) -> ModuleSummary | None:
@@ -350,6 +341,19 @@ class ProjectModules:
                 found = os.path.dirname(found)
             self._package_roots[folder] = found
         return found
+
+
+def _reparse(path: str, digest: str) -> ModuleSummary | None:
+    """A fresh summary, with its trees, of a file whose trees were let go; None when the file no
+    longer holds the text it was summarized from."""
+    try:
+        raw = Path(path).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != digest:
+            return None
+        source = decode_source(raw)[0]
+        return summarize_module(ast.parse(source), source, path)
+    except (OSError, SourceDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _taken(names: str) -> list[str]:
