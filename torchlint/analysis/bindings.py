@@ -10,13 +10,15 @@ scopes are functions and the module.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (dotted_name, function_parameters, literal_value, same_literal, small_statements,
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal, small_statements,
                                        statements)
 from torchlint.analysis.walk import walk
 
@@ -212,6 +214,21 @@ class Bindings:
                         changed = True
                         break
         return frozenset(found)
+
+
+def ast_values(index: SyntaxIndex) -> dict[str, list[ast.AST]]:
+    """The precheck twin of ``Bindings.values``: (dotted) name -> every value the file assigns to
+    it as a whole (``=``, annotated with a value, ``:=``), in any scope."""
+    def compute() -> dict[str, list[ast.AST]]:
+        values: dict[str, list[ast.AST]] = {}
+        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
+            if node.value is not None:
+                for target in node.targets if type(node) is ast.Assign else (node.target,):
+                    name = ast_dotted_name(target)
+                    if name is not None:
+                        values.setdefault(name, []).append(node.value)
+        return values
+    return index.memo("values", compute)
 
 
 class _Collector:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args, returns_of
@@ -402,16 +402,11 @@ class _AstLosses:
 
     def __init__(self, index: SyntaxIndex):
         self.index = index
-        self.values: dict[str, list[ast.AST]] = {}  # dotted name -> its values (Bindings.values)
+        self.values = ast_values(index)
         self.assigned: dict[str, list[ast.AST]] = {}  # plain name -> the assignments binding it, unpacked too
-        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
-            if node.value is None:
-                continue
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                name = ast_dotted_name(target)
-                if name is not None:
-                    self.values.setdefault(name, []).append(node.value)
-                if not isinstance(node, ast.NamedExpr):
+        for node in index.nodes(ast.Assign, ast.AnnAssign):
+            if node.value is not None:
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     for bound in _bound_names(target):
                         self.assigned.setdefault(bound, []).append(node)
         self.scopes = index.nodes(*_SCOPES)
