@@ -10,7 +10,6 @@ file only by its name (``helper(...)``, ``self.helper(...)``).
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -392,7 +391,7 @@ def _ast_plain(index: SyntaxIndex, scope: ast.AST) -> bool:
 
 def _physical_lines(source: str) -> list[str]:
     """The source's lines as CPython numbers them (ended by ``\\n``, ``\\r\\n`` or ``\\r``)."""
-    return re.split(r"\r\n|\r|\n", source)
+    return (source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source).split("\n")
 
 
 def _ast_walrus(index: SyntaxIndex, scope: ast.AST, name: str) -> bool:
