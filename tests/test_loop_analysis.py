@@ -112,7 +112,8 @@ TWIN_SHAPES = [
     ("x = a()\nx = b()\nuse(x)\nx = c()\n", True),
     ("x = a()\nif flag:\n    x = b()\nuse(x)\n", True),
     ("if flag:\n    x = b()\nelse:\n    x = c()\nuse(x)\n", True),
-    ("if f:\n    x = a()\nelif g:\n    x = b()\nelse:\n    if h:\n        x = c()\n    else:\n        x = d()\nuse(x)\n", True),
+    ("if f:\n    x = a()\nelif g:\n    x = b()\nelse:\n    if h:\n        x = c()\n    else:\n        x = d()\n"
+     "use(x)\n", True),
     ("if f:\n    x = a()\nelif g:\n    x = b()\nuse(x)\n", True),
     ("x = a()\nfor i in r:\n    x = b()\nelse:\n    x = c()\nuse(x)\n", True),
     ("x = a()\nfor x in r:\n    pass\nuse(x)\n", True),

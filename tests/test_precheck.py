@@ -69,7 +69,8 @@ def prechecked(source: str) -> set[str]:
      "        a = a.masked_fill(m, 0)\n        a = self.sm(a.float()).type_as(q)\n        a = self.drop(a)\n"
      "        return torch.matmul(a, v)\n", "TL406"),
     # a loss given a softmax through a name, a criterion the class builds, a model's last layer
-    ("import torch\nfrom torch import nn\nclass T:\n    def __init__(self):\n        self.crit = nn.CrossEntropyLoss()\n"
+    ("import torch\nfrom torch import nn\nclass T:\n    def __init__(self):\n"
+     "        self.crit = nn.CrossEntropyLoss()\n"
      "    def step(self, z, y):\n        p = z.softmax(1)\n        return self.crit(p.view(-1), y)\n", "TL407"),
     ("import torch.nn.functional as F\nfrom torch import nn\nnet = nn.Sequential(nn.Linear(2, 2), nn.Sigmoid())\n"
      "loss = F.binary_cross_entropy_with_logits(net(x), y)\n",

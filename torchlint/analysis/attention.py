@@ -378,7 +378,8 @@ class _AstFinder:
         ``classes``: ``_layer`` needs every value to be one."""
         name = ast_dotted_name(func)
         wanted = self.index.names(last_parts(classes))
-        return [v for v in ast_values(self.index).get(name or "", ()) if isinstance(v, ast.Call) and ast_callee(v) in wanted]
+        return [value for value in ast_values(self.index).get(name or "", ())
+                if isinstance(value, ast.Call) and ast_callee(value) in wanted]
 
     def _dropout(self, expr: ast.AST) -> ast.AST | None:
         """The input of a dropout, as ``_dropout`` takes it."""

@@ -18,8 +18,8 @@ from functools import cached_property
 import libcst as cst
 
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal, small_statements,
-                                       statements)
+from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal,
+                                       small_statements, statements)
 from torchlint.analysis.walk import walk
 
 # How a binding binds: "assign" (=), "annotated" (x: T = v, or without a value), "augmented" (+=),

@@ -466,7 +466,8 @@ class _AstBlocks:
             return [], False
         if kind is ast.AnnAssign or kind is ast.AugAssign:
             if isinstance(statement.target, ast.Name) and statement.target.id == name:
-                return [(statement.value, None) if kind is ast.AnnAssign and statement.value is not None else None], True
+                known = kind is ast.AnnAssign and statement.value is not None
+                return [(statement.value, None) if known else None], True
             return [], False
         if isinstance(statement, _AST_HIDDEN_BINDERS):
             lines = self.index.memo("physical_lines", lambda: _physical_lines(self.index.source))

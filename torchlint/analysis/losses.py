@@ -21,7 +21,8 @@ import libcst as cst
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args, returns_of
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args,
+                                       returns_of)
 
 # kind of loss -> the functions and the classes that compute it
 LOSSES = {
@@ -376,6 +377,7 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _SHAPE_FUNCTIONS = frozenset(_last_part(name) for name in SHAPE_FUNCTIONS)
 _MODEL_WRAPPERS = frozenset(_last_part(name) for name in MODEL_WRAPPERS)
 _SEQUENTIAL = frozenset(_last_part(name) for name in SEQUENTIAL)
+_LOG_FUNCTIONS = frozenset(_last_part(name) for name in LOG_FUNCTIONS)
 
 
 def _ast_first_input(call: ast.Call) -> list[ast.AST]:
@@ -467,7 +469,7 @@ class _AstLosses:
         if callee in self.index.names(_SHAPE_FUNCTIONS) and call.args and not isinstance(call.args[0], ast.Starred) \
                 and self.may_reach(call.args[0], kinds, seen):
             return True
-        if "log_softmax" in kinds and callee == "log":  # the log of a softmax
+        if "log_softmax" in kinds and callee in self.index.names(_LOG_FUNCTIONS):  # the log of a softmax
             inner = _ast_first_input(call) + ([func.value] if isinstance(func, ast.Attribute) else [])
             if any(self.may_reach(value, kinds | {"softmax"}, seen) for value in inner):
                 return True
