@@ -4,13 +4,16 @@ clear gradients and which loops accumulate (analysis/steps.py)."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import libcst as cst
 import pytest
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.flow import argument_for, function_of_call, path_to, reaching_assignments
+from torchlint.analysis.flow import (argument_for, ast_reaching_assignments, function_of_call, path_to,
+                                     reaching_assignments)
+from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.losses import Losses, first_input
 from torchlint.analysis.steps import accumulation, clears_gradients, optimizer_like, stepped_optimizer
@@ -103,6 +106,50 @@ def test_unpacking_names_the_element():
     """)
     found = reaching_assignments("second", path_to(module, only_call(module, "use(second)")))
     assert [(module.code_for_node(a.value), a.element) for a in found] == [("pair()", 1)]
+
+
+TWIN_SHAPES = [
+    ("x = a()\nx = b()\nuse(x)\nx = c()\n", True),
+    ("x = a()\nif flag:\n    x = b()\nuse(x)\n", True),
+    ("if flag:\n    x = b()\nelse:\n    x = c()\nuse(x)\n", True),
+    ("if f:\n    x = a()\nelif g:\n    x = b()\nelse:\n    if h:\n        x = c()\n    else:\n        x = d()\n"
+     "use(x)\n", True),
+    ("if f:\n    x = a()\nelif g:\n    x = b()\nuse(x)\n", True),
+    ("x = a()\nfor i in r:\n    x = b()\nelse:\n    x = c()\nuse(x)\n", True),
+    ("x = a()\nfor x in r:\n    pass\nuse(x)\n", True),
+    ("x = a()\nwhile c:\n    use(x)\n    x = b()\n", True),
+    ("x = a()\ntry:\n    x = b()\nexcept E as x:\n    x = c()\nfinally:\n    pass\nuse(x)\n", True),
+    ("with ctx:\n    x = a()\nuse(x)\n", True),
+    ("x = a()\nwith ctx as (x, y):\n    pass\nuse(x)\n", True),
+    ("first, x = pair()\nuse(x)\n", True),
+    ("x: int = a()\nx += 1\nuse(x)\n", True),
+    ("def f(x):\n    x = a()\n    use(x)\n", True),
+    ("def f(x):\n    use(x)\n", True),
+    ("x = a()\nclass C:\n    x = b()\n    use(x)\n", True),
+    ("x = a()\ndef x():\n    pass\nuse(x)\n", True),
+    ("x = a()\nf = lambda: use(x)\n", True),
+    ("x = a()\nimport y\nuse(x)\n", True),
+    # shapes the twin does not model: it answers every assignment of the scope
+    ("x = a(); x = b()\nuse(x)\n", False),
+    ("x = a()\nif c: x = b()\nuse(x)\n", False),
+    ("x = a()\nif (x := b()):\n    pass\nuse(x)\n", False),
+    ("x = a()\nimport x\nuse(x)\n", False),
+    ("x = a()\nmatch y:\n    case [x]:\n        pass\nuse(x)\n", False),
+]
+
+
+@pytest.mark.parametrize("source, exact", TWIN_SHAPES)
+def test_the_precheck_twin_finds_the_same_reaching_assignments(source, exact):
+    tree = ast.parse(source)
+    use = next(node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node) == "use(x)")
+    found = ast_reaching_assignments(SyntaxIndex(tree, source), use.args[0])
+    assert found.exact == exact
+    twin = None if found.assignments is None else sorted(ast.unparse(value) for value, _ in found.assignments)
+    libcst = reaching(source, "use(x)", "x")
+    if exact:
+        assert twin == libcst
+    else:
+        assert libcst is None or set(libcst) <= set(twin)
 
 
 def test_calls_reach_the_files_own_functions_and_their_arguments():

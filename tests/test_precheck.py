@@ -83,6 +83,19 @@ def prechecked(source: str) -> set[str]:
     ("import torch\nclass Net(torch.nn.Module):\n    pass\nmodel = Net()\nmodel.forward(x)\n", "TL506"),
     ("import torch\nif __name__ == '__main__':\n    torch.autograd.set_detect_anomaly(True)\n", "TL803"),
     ("import torch\ngpu = torch.device('cuda')\nx = torch.zeros(3).to(gpu)\n", "TL201"),
+    # attention through names with one reaching assignment each, a dropout layer and a softmax layer
+    ("import torch\nfrom torch import nn\nclass A(nn.Module):\n    def __init__(self):\n"
+     "        self.drop = nn.Dropout(0.1)\n        self.sm = nn.Softmax(dim=-1)\n    def forward(self, q, k, v):\n"
+     "        kt = k.permute(0, 1, 3, 2)\n        a = (q @ kt) * 0.125\n        if c:\n            b = 1\n"
+     "        a = a.masked_fill(m, 0)\n        a = self.sm(a.float()).type_as(q)\n        a = self.drop(a)\n"
+     "        return torch.matmul(a, v)\n", "TL406"),
+    # a loss given a softmax through a name, a criterion the class builds, a model's last layer
+    ("import torch\nfrom torch import nn\nclass T:\n    def __init__(self):\n"
+     "        self.crit = nn.CrossEntropyLoss()\n"
+     "    def step(self, z, y):\n        p = z.softmax(1)\n        return self.crit(p.view(-1), y)\n", "TL407"),
+    ("import torch.nn.functional as F\nfrom torch import nn\nnet = nn.Sequential(nn.Linear(2, 2), nn.Sigmoid())\n"
+     "loss = F.binary_cross_entropy_with_logits(net(x), y)\n",
+     "TL408"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -130,6 +143,21 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\nwith torch.no_grad():\n    for p in params:\n        p.mul_(2)\n", "TL106"),  # runs no model
     # a softmax over dim 1 (a classifier's), and a product of untransposed keys
     ("import torch\ndef f(q, k, v):\n    a = torch.softmax(q @ k, dim=1)\n    return a @ v\n", "TL406"),
+    # the dropout's input comes from two branches (the finder follows one reaching assignment)
+    ("import torch\ndef f(q, k, v):\n    a = q @ k.transpose(-2, -1)\n    if c:\n        a = a.softmax(dim=-1)\n"
+     "    else:\n        a = torch.softmax(a, -1)\n    a = F.dropout(a, 0.1)\n    return a @ v\n", "TL406"),
+    # the scores reassigned in a branch; keys permuted but not transposed; a view, not a cast, in the softmax
+    ("import torch\ndef f(q, k, v):\n    a = q @ k.mT\n    if c:\n        a = g(a)\n    return a.softmax(dim=-1) @ v\n",
+     "TL406"),
+    ("import torch\ndef f(q, k, v):\n    k = k.permute(0, 1, 2, 3)\n    return (q @ k).softmax(dim=-1) @ v\n", "TL406"),
+    ("import torch\ndef f(q, k, v):\n    a = q @ k.mT\n    return a.view(2, 3).softmax(dim=-1) @ v\n", "TL406"),
+    # the loss's input is a parameter, or a linear layer's output (logits, not a softmax)
+    ("import torch\ndef f(logits, y):\n    p = F.softmax(logits, 1)\n    return F.cross_entropy(logits, y)\n", "TL407"),
+    ("import torch\nclass M(nn.Module):\n    def __init__(self):\n        self.head = nn.Linear(2, 2)\n"
+     "    def forward(self, x, y):\n        logits = self.head(x)\n        p = logits.softmax(-1)\n"
+     "        return F.cross_entropy(logits.view(-1), y)\n", "TL407"),
+    ("import torch\ncrit = nn.BCEWithLogitsLoss()\ndef f(x, y):\n    s = torch.sigmoid(x)\n    return crit(x, y)\n",
+     "TL408"),
 ])
 def test_precheck_rejects_what_cannot_match(source, code):
     assert code not in prechecked(source)

@@ -12,15 +12,15 @@ enough for a rule to tell whether ``F.scaled_dot_product_attention`` computes th
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.flow import Assigned, path_to, reaching_assignments
-from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import ast_callee, dotted_name, find_argument, is_literal, positional_args
+from torchlint.analysis.bindings import Bindings, ast_values
+from torchlint.analysis.flow import Assigned, ast_reaching_assignments, path_to, reaching_assignments
+from torchlint.analysis.index import SyntaxIndex, last_parts
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_has_star_args, dotted_name, find_argument,
+                                       is_literal, positional_args)
 
 MATMUL_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm", "torch.Tensor.matmul"})
 SOFTMAX_FUNCTIONS = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
@@ -290,114 +290,176 @@ class AttentionFinder:
 
 # --- the precheck twin, on CPython's tree -------------------------------------------------------
 
-_AST_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef)
-_AST_TRANSPOSES = ("transpose", "permute", "t")
-_NOWHERE = 1 << 30
-
-
-def _ast_transposed(expr: ast.AST) -> bool:
-    """Keys as ``_untransposed`` accepts them: ``k.transpose(...)``, ``torch.transpose(k, ...)``,
-    ``k.permute(...)``, ``k.t()``, ``k.mT``, ``k.T``."""
-    if isinstance(expr, ast.Attribute):
-        return expr.attr in ("mT", "T")
-    return isinstance(expr, ast.Call) and isinstance(expr.func, (ast.Attribute, ast.Name)) \
-        and ast_callee(expr) in _AST_TRANSPOSES
-
-
-def _ast_key_operand(node: ast.AST) -> ast.AST | None:
-    """The right operand of ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``."""
-    if isinstance(node, ast.BinOp):
-        return node.right if isinstance(node.op, ast.MatMult) else None
-    if ast_callee(node) in ("matmul", "bmm") and node.args:
-        return node.args[-1]
-    return None
-
-
-def _ast_minus_one(expr: ast.AST) -> bool:
+def _ast_minus_one(expr: ast.AST | None) -> bool:
     return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) \
         and isinstance(expr.operand, ast.Constant) and expr.operand.value == 1
 
 
-def _ast_scope_lines(index: SyntaxIndex) -> list[int]:
-    """For each line, the first line of the innermost function around it (0: module level)."""
-    line_count = max((getattr(node, "end_lineno", 0) or 0 for node in index.tree.body), default=0) + 1
-    scope = [0] * (line_count + 1)
-    for node in sorted(index.nodes(*_AST_SCOPES), key=lambda node: (node.lineno, -node.end_lineno)):
-        scope[node.lineno:node.end_lineno + 1] = [node.lineno] * (node.end_lineno + 1 - node.lineno)
-    return scope
+def _ast_integer(expr: ast.AST) -> int | None:
+    """The twin of ``_integer``: ``3``, ``-1``."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and isinstance(expr.operand, ast.Constant):
+        return -expr.operand.value if type(expr.operand.value) is int else None
+    return expr.value if isinstance(expr, ast.Constant) and type(expr.value) is int else None
 
 
-class _Assignment:
-    """One ``name = value`` (``:=``, annotated) on CPython's tree, reduced to what the fixpoints read."""
-
-    __slots__ = ("scope", "line", "targets", "reads", "transposed", "scores")
-
-    def __init__(self, scope: int, targets: list[ast.AST], value: ast.AST, scores: set[int]):
-        self.scope, self.line = scope, value.lineno
-        self.targets = [name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)]
-        nodes = list(ast.walk(value))
-        self.reads = [(node.id, node.lineno) for node in nodes if isinstance(node, ast.Name)]
-        self.transposed = _ast_transposed(value)
-        self.scores = any(id(node) in scores for node in nodes)
+def _ast_argument(call: ast.Call, name: str, position: int) -> ast.AST | None:
+    """The twin of ``find_argument``: the keyword ``name``, else the positional argument at ``position``."""
+    keyword = next((k.value for k in call.keywords if k.arg == name), None)
+    if keyword is not None:
+        return keyword
+    return call.args[position] if position < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[:position + 1]) else None
 
 
-def _ast_fixpoint(assignments: list[_Assignment], seeded: Callable[[_Assignment], bool]) -> dict[tuple[int, str], int]:
-    """The names (per scope) assigned a seeded value, or a value that reads such a name after the
-    line where it was first so assigned, each with that line: the finder follows one reaching
-    assignment, which comes before its use in straight-line code."""
-    names: dict[tuple[int, str], int] = {}
-    changed = True
-    while changed:
-        changed = False
-        for assignment in assignments:
-            if not (seeded(assignment) or any(names.get((assignment.scope, name), _NOWHERE) < line
-                                              for name, line in assignment.reads)):
+def _ast_strip_casts(expr: ast.AST) -> ast.AST:
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in CASTS:
+        expr = expr.func.value
+    return expr
+
+
+class _AstFinder:
+    """The precheck twin of ``AttentionFinder``: the same steps in the same order on CPython's
+    tree, each accepting at least what the finder accepts (a callee is matched by the last part of
+    its name, a layer by any value the file gives it), and a name followed through the assignments
+    ``flow.ast_reaching_assignments`` finds: its one reaching assignment where that answer is exact,
+    as the finder requires, every assignment of the name where it is not."""
+
+    def __init__(self, index: SyntaxIndex):
+        self.index = index
+        self.softmax = index.names(last_parts(SOFTMAX_FUNCTIONS))
+        self.dropout = index.names(last_parts(DROPOUT_FUNCTIONS))
+        self.matmul = index.names(last_parts(MATMUL_FUNCTIONS))
+
+    def at(self, node: ast.AST) -> bool:
+        """Can ``AttentionFinder.at`` find an attention whose output is ``node``?"""
+        operands = self._operands(node)
+        if operands is None:
+            return False
+        for weights in self._follow(operands[0]):
+            candidates = [weights]
+            inner = self._dropout(weights)
+            if inner is not None:  # the finder takes the dropout when it sees one; either way here
+                candidates += self._follow(inner)
+            if any(self._scores(scores, False, False) for candidate in candidates
+                   for scores in self._softmax(candidate)):
+                return True
+        return False
+
+    def _follow(self, expr: ast.AST) -> list[ast.AST]:
+        """What ``_follow`` may give for ``expr``: itself when it is not a name; for a name, the
+        values it comes from (a name the finder stops at is a dead end: no step takes a name)."""
+        found, stack, seen = [], [expr], set()
+        while stack:
+            expr = stack.pop()
+            if not isinstance(expr, ast.Name):
+                found.append(expr)
+            elif id(expr) not in seen:
+                seen.add(id(expr))
+                reaching = ast_reaching_assignments(self.index, expr)
+                assignments = reaching.assignments or []
+                if not reaching.exact or len(assignments) == 1:
+                    stack += [value for value, element in assignments if element is None]
+        return found
+
+    def _operands(self, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+        """The twin of ``matmul_operands``."""
+        if isinstance(node, ast.BinOp):
+            return (node.left, node.right) if isinstance(node.op, ast.MatMult) else None
+        if not isinstance(node, ast.Call) or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            return None
+        if len(node.args) == 2 and ast_callee(node) in self.matmul:
+            return node.args[0], node.args[1]
+        if len(node.args) == 1 and isinstance(node.func, ast.Attribute) and node.func.attr == "matmul":
+            return node.func.value, node.args[0]
+        return None
+
+    def _layer(self, func: ast.AST, classes: frozenset[str]) -> list[ast.Call]:
+        """The ``nn.X(...)`` calls among the values the file gives ``func``, for a layer class in
+        ``classes``: ``_layer`` needs every value to be one."""
+        name = ast_dotted_name(func)
+        wanted = self.index.names(last_parts(classes))
+        return [value for value in ast_values(self.index).get(name or "", ())
+                if isinstance(value, ast.Call) and ast_callee(value) in wanted]
+
+    def _dropout(self, expr: ast.AST) -> ast.AST | None:
+        """The input of a dropout, as ``_dropout`` takes it."""
+        if not isinstance(expr, ast.Call) or not expr.args or isinstance(expr.args[0], ast.Starred):
+            return None
+        if ast_callee(expr) in self.dropout or len(expr.args) == 1 and not expr.keywords \
+                and self._layer(expr.func, DROPOUT_MODULES):
+            return expr.args[0]
+        return None
+
+    def _softmax(self, expr: ast.AST) -> list[ast.AST]:
+        """The inputs ``_softmax`` may find, for a softmax over the last dimension."""
+        expr = _ast_strip_casts(expr)
+        if not isinstance(expr, ast.Call) or ast_has_star_args(expr):
+            return []
+        found = []
+        if ast_callee(expr) in self.softmax and _ast_minus_one(_ast_argument(expr, "dim", 1)):
+            found.append(_ast_argument(expr, "input", 0))
+        if len(expr.args) + len(expr.keywords) == 1 and any(  # the one argument, by keyword or not
+                _ast_minus_one(_ast_argument(layer, "dim", 0)) for layer in self._layer(expr.func, SOFTMAX_MODULES)):
+            found.append(expr.args[0] if expr.args else expr.keywords[0].value)
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "softmax" \
+                and _ast_minus_one(_ast_argument(expr, "dim", 0)):
+            found.append(expr.func.value)
+        return [_ast_strip_casts(source) for source in found if source is not None]
+
+    def _scores(self, expr: ast.AST, scaled: bool, masked: bool) -> bool:
+        """The twin of ``_scores``: peel a scale and a mask off the scores down to ``q @ kᵀ``."""
+        for expr in self._follow(expr):
+            attempts: list[tuple[ast.AST, bool, bool]] = []
+            if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Mult, ast.Div)) and not scaled:
+                attempts += [(expr.left, True, masked)] + ([(expr.right, True, masked)]
+                                                           if isinstance(expr.op, ast.Mult) else [])
+            elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add) and not masked:
+                attempts += [(expr.left, scaled, True), (expr.right, scaled, True)]
+            elif not masked and (filled := self._masked_fill(expr)):
+                attempts += [(scores, scaled, True) for scores in filled]
+            if any(self._scores(*attempt) for attempt in attempts):
+                return True
+            operands = self._operands(expr)  # only when nothing was peeled: a product is neither
+            if operands is not None and self._transposed(operands[1]):
+                return True
+        return False
+
+    def _masked_fill(self, expr: ast.AST) -> list[ast.AST]:
+        """The scores ``_masked_fill`` may find filled: ``s.masked_fill(...)``, ``torch.masked_fill(s, ...)``."""
+        if not isinstance(expr, ast.Call) or ast_has_star_args(expr) or ast_callee(expr) != "masked_fill" \
+                and ast_callee(expr) not in self.index.names(last_parts(MASKED_FILL_FUNCTIONS)):
+            return []
+        found = [expr.func.value] if isinstance(expr.func, ast.Attribute) and expr.func.attr == "masked_fill" else []
+        return found + [scores for scores in [_ast_argument(expr, "input", 0)] if scores is not None]
+
+    def _transposed(self, expr: ast.AST) -> bool:
+        """The twin of ``_untransposed``: are these keys transposed?"""
+        for expr in self._follow(expr):
+            if isinstance(expr, ast.Attribute) and expr.attr in ("mT", "T"):
+                return True
+            if not isinstance(expr, ast.Call) or expr.keywords or any(isinstance(a, ast.Starred) for a in expr.args):
                 continue
-            for name in assignment.targets:
-                if names.get((assignment.scope, name), _NOWHERE) > assignment.line:
-                    names[(assignment.scope, name)] = assignment.line
-                    changed = True
-    return names
+            callee, args = ast_callee(expr), expr.args
+            if len(args) == 3 and callee in self.index.names(last_parts(TRANSPOSE_FUNCTIONS)):
+                return True
+            if not isinstance(expr.func, ast.Attribute):
+                continue
+            if callee == "transpose" and len(args) == 2 or callee == "t" and not args:
+                return True
+            if callee == "permute" and len(args) >= 2 \
+                    and [_ast_integer(a) for a in args] == list(range(len(args) - 2)) + [len(args) - 1, len(args) - 2]:
+                return True
+        return False
 
 
 def ast_may_be_attention(index: SyntaxIndex) -> bool:
-    """Can ``AttentionFinder`` find anything in this file? In one function (or at module level), a
-    softmax over the last dimension (``dim=-1`` written as such, in the call or in an
-    ``nn.Softmax`` layer the file builds) of something built from a matrix product with transposed
-    keys (``q @ k.transpose(-2, -1)``), directly or through names assigned there. A necessary
-    condition: "built from" is any subexpression, where the finder peels only a scale, a mask and
-    casts; the product with the values is not checked."""
+    """Can ``AttentionFinder`` find anything in this file? Some matrix product of the file is one
+    ``_AstFinder.at`` accepts (after a cheap look for a product and a softmax over ``-1``)."""
     products = [node for node in index.nodes(ast.BinOp) if isinstance(node.op, ast.MatMult)] \
         + index.calls("matmul", "bmm")
-    softmaxes = [call for call in index.calls("softmax", "Softmax")
-                 if any(_ast_minus_one(arg) for arg in call.args)
-                 or any(keyword.arg == "dim" and _ast_minus_one(keyword.value) for keyword in call.keywords)]
-    if not products or not softmaxes:
+    if not products or not any(any(_ast_minus_one(arg) for arg in call.args) or any(
+            keyword.arg == "dim" and _ast_minus_one(keyword.value) for keyword in call.keywords)
+            for call in index.calls("softmax", "Softmax")):
         return False
-    scope = _ast_scope_lines(index)
-    layer = any(ast_callee(call) == "Softmax" for call in softmaxes)  # called by any name, anywhere
-    wanted = None if layer else {scope[call.lineno] for call in softmaxes}
-    products = [node for node in products if wanted is None or scope[node.lineno] in wanted]
-    keys = [(node, _ast_key_operand(node)) for node in products]
-    if not any(key is not None for _, key in keys):
-        return False
-    values = [(node.targets, node.value) for node in index.nodes(ast.Assign)] \
-        + [([node.target], node.value) for node in index.nodes(ast.AnnAssign, ast.NamedExpr) if node.value]
-    values = [(targets, value) for targets, value in values if wanted is None or scope[value.lineno] in wanted]
-    assignments = [_Assignment(scope[value.lineno], targets, value, set()) for targets, value in values]
-    transposed = _ast_fixpoint(assignments, lambda assignment: assignment.transposed)
-    scores = {id(node) for node, key in keys if key is not None and (
-        _ast_transposed(key) or isinstance(key, ast.Name)
-        and transposed.get((scope[node.lineno], key.id), _NOWHERE) < key.lineno)}
-    if not scores:
-        return False
-    if layer:
-        return True  # the layer may be called by any name: a product of transposed keys is enough
-    assignments = [_Assignment(scope[value.lineno], targets, value, scores) for targets, value in values]
-    from_scores = _ast_fixpoint(assignments, lambda assignment: assignment.scores)
-    for call in softmaxes:
-        where = scope[call.lineno]
-        if any(id(node) in scores or isinstance(node, ast.Name)
-               and from_scores.get((where, node.id), _NOWHERE) < node.lineno for node in ast.walk(call)):
-            return True
-    return False
+    finder = _AstFinder(index)
+    return any(finder.at(node) for node in products)

@@ -219,6 +219,21 @@ class Bindings:
         return frozenset(found)
 
 
+def ast_values(index: SyntaxIndex) -> dict[str, list[ast.AST]]:
+    """The precheck twin of ``Bindings.values``: (dotted) name -> every value the file assigns to
+    it as a whole (``=``, annotated with a value, ``:=``), in any scope."""
+    def compute() -> dict[str, list[ast.AST]]:
+        values: dict[str, list[ast.AST]] = {}
+        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
+            if node.value is not None:
+                for target in node.targets if type(node) is ast.Assign else (node.target,):
+                    name = ast_dotted_name(target)
+                    if name is not None:
+                        values.setdefault(name, []).append(node.value)
+        return values
+    return index.memo("values", compute)
+
+
 class _Collector:
     """The walk behind ``Bindings``: bindings with their scopes, references per scope, imports
     per local name, definitions."""
@@ -311,22 +326,6 @@ class _Collector:
     def on_leave(self, node: cst.CSTNode) -> None:
         if type(node) is cst.FunctionDef or type(node) is cst.ClassDef:
             self.stack.pop()
-
-
-def ast_values(index: SyntaxIndex) -> dict[str, list[ast.expr]]:
-    """The precheck twin of ``Bindings.values`` without its Nones: every value the file assigns to
-    a (dotted) name as a whole (``=``, annotated with a value, ``:=``), by the name."""
-    def compute() -> dict[str, list[ast.expr]]:
-        found: dict[str, list[ast.expr]] = {}
-        for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
-            if node.value is None:
-                continue
-            for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
-                name = ast_dotted_name(target)
-                if name is not None:
-                    found.setdefault(name, []).append(node.value)
-        return found
-    return index.memo("values", compute)
 
 
 def ast_scope_bindings(index: SyntaxIndex, scope: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef

@@ -9,12 +9,14 @@ file only by its name (``helper(...)``, ``self.helper(...)``).
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.syntax import dotted_name, function_parameters
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import ast_first_line, dotted_name, function_parameters
 from torchlint.analysis.walk import walk
 
 SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -269,3 +271,243 @@ def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> c
     if parameter in names and names.index(parameter) < len(positional):
         return positional[names.index(parameter)].value
     return None
+
+
+# --- the precheck twin of reaching_assignments, on CPython's tree ------------------------------------
+
+_AST_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_AST_TRY = (ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+_AST_HIDDEN_BINDERS = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Delete)
+
+
+@dataclass(frozen=True)
+class AstReaching:
+    """What ``ast_reaching_assignments`` answers: ``assignments`` as (value, element) pairs, like
+    ``Assigned``. When ``exact``, they are what ``reaching_assignments`` answers (None where it
+    answers None); otherwise (a shape whose LibCST blocks the twin does not model: statements
+    sharing a line, one-line bodies, ``match``, a ``:=``, ``import`` or ``del`` of the name) they
+    are every ``=`` of the name in its scope, a superset."""
+
+    assignments: list[tuple[ast.AST, int | None]] | None
+    exact: bool
+
+
+def ast_reaching_assignments(index: SyntaxIndex, name: ast.Name) -> AstReaching:
+    """The precheck twin of ``reaching_assignments`` for a name at its place in the file: the same
+    backward walk over the blocks around it (``if``/``else`` branches, loops, ``try``, ``with``)."""
+    try:
+        place = _ast_place(index, name)
+    except LookupError:  # positions that do not nest (an f-string's on an old CPython): any assignment
+        return AstReaching([(node.value, None) for node in index.nodes(ast.Assign, ast.AnnAssign)
+                            if node.value is not None and _ast_binds_somewhere(node, name.id)], False)
+    if place is None:
+        return AstReaching(None, True)  # in a lambda, or in a definition's header
+    path, scope = place
+    if not _ast_plain(index, scope) or _ast_walrus(index, scope, name.id):
+        return AstReaching(_ast_every_assignment(index, scope, name.id), False)
+    walker = _AstBlocks(index, name.id)
+    reached: list[tuple[ast.AST, int | None] | None] = []
+    for block, at in reversed(path):
+        found, certain = walker.block(block[:at])
+        reached += found
+        if walker.inexact:
+            return AstReaching(_ast_every_assignment(index, scope, name.id), False)
+        if certain:
+            return AstReaching(None if None in reached or not reached else reached, True)
+    return AstReaching(None, True)
+
+
+def _ast_contains(outer: ast.AST, node: ast.AST) -> bool:
+    start = (ast_first_line(outer), 0) if getattr(outer, "decorator_list", None) else (outer.lineno, outer.col_offset)
+    return start <= (node.lineno, node.col_offset) \
+        and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _ast_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of a compound statement, in LibCST's terms (an ``elif`` is an ``else`` block
+    holding one ``if``: ``reaching_assignments`` answers the same for both)."""
+    blocks = [getattr(statement, field) for field in ("body", "orelse", "finalbody") if getattr(statement, field, None)]
+    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
+    blocks += [case.body for case in getattr(statement, "cases", ())]
+    return blocks
+
+
+def _ast_place(index: SyntaxIndex, node: ast.AST) -> tuple[list[tuple[list[ast.stmt], int]], ast.AST] | None:
+    """The blocks from the innermost function or class around ``node`` (or the module) down to the
+    statement that holds it, each with the statement's index in it, and that scope; None where
+    ``reaching_assignments`` knows nothing: in a lambda, or in a definition's header (decorators,
+    parameters, bases). Raises LookupError where the positions do not nest."""
+    if any(_ast_contains(scope, node) for scope in index.nodes(ast.Lambda)):
+        return None
+    scope: ast.AST = index.tree
+    path: list[tuple[list[ast.stmt], int]] = []
+    block: list[ast.stmt] | None = index.tree.body
+    while block is not None:
+        at = next((i for i, statement in enumerate(block) if _ast_contains(statement, node)), None)
+        if at is None:
+            if scope is not index.tree and (node.lineno, node.col_offset) < (ast_first_line(block[0]), 0):
+                return None  # a definition's header
+            raise LookupError(node)
+        path.append((block, at))
+        statement, block = block[at], None
+        if isinstance(statement, _AST_DEFS):
+            scope, path, block = statement, [], statement.body
+        else:
+            block = next((inner for inner in _ast_blocks(statement)
+                          if any(_ast_contains(s, node) for s in inner)), None)
+    return path, scope
+
+
+def _ast_statements(scope: ast.AST) -> list[ast.stmt]:
+    """The statements of a scope, at every depth, nested functions and classes left out."""
+    found: list[ast.stmt] = []
+    stack = list(scope.body)
+    while stack:
+        statement = stack.pop()
+        found.append(statement)
+        if not isinstance(statement, _AST_DEFS):
+            stack += [s for block in _ast_blocks(statement) for s in block]
+    return found
+
+
+def _ast_plain(index: SyntaxIndex, scope: ast.AST) -> bool:
+    """Is every simple statement of the scope the first thing on its line (no ``;``, no one-line
+    body, no line joined with a backslash before it; a compound statement always is) and none a
+    ``match``? Then each is what LibCST calls a statement line or a compound statement, and each
+    body an indented block."""
+    def compute() -> bool:
+        lines = index.memo("physical_lines", lambda: _physical_lines(index.source))
+        for statement in _ast_statements(scope):
+            if type(statement) is ast.Match:
+                return False
+            if _ast_blocks(statement) or isinstance(statement, _AST_DEFS):
+                continue
+            line = statement.lineno
+            if lines[line - 1][:statement.col_offset].strip() or line > 1 and lines[line - 2].rstrip().endswith("\\"):
+                return False
+        return True
+    return index.memo(("plain", id(scope)), compute)
+
+
+def _physical_lines(source: str) -> list[str]:
+    """The source's lines as CPython numbers them (ended by ``\\n``, ``\\r\\n`` or ``\\r``)."""
+    return (source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source).split("\n")
+
+
+def _ast_walrus(index: SyntaxIndex, scope: ast.AST, name: str) -> bool:
+    """Does ``:=`` bind ``name`` anywhere in the scope?"""
+    return any(node.target.id == name and _ast_contains(scope, node) for node in index.nodes(ast.NamedExpr)) \
+        if scope is not index.tree else any(node.target.id == name for node in index.nodes(ast.NamedExpr))
+
+
+def _ast_every_assignment(index: SyntaxIndex, scope: ast.AST, name: str) -> list[tuple[ast.AST, int | None]]:
+    """Every ``=`` (annotated with a value or not) of ``name`` among the scope's statements."""
+    found: list[tuple[ast.AST, int | None]] = []
+    for statement in _ast_statements(scope):
+        if type(statement) is ast.Assign:
+            for target in statement.targets:
+                bound = _ast_target_binds(target, name)
+                if bound is not None and bound[1] != -1:
+                    found.append((statement.value, bound[1]))
+        elif type(statement) is ast.AnnAssign and statement.value is not None \
+                and isinstance(statement.target, ast.Name) and statement.target.id == name:
+            found.append((statement.value, None))
+    return found
+
+
+def _ast_binds_somewhere(statement: ast.Assign | ast.AnnAssign, name: str) -> bool:
+    targets = statement.targets if type(statement) is ast.Assign else [statement.target]
+    return any(_ast_target_binds(target, name) for target in targets)
+
+
+def _ast_target_binds(target: ast.AST, name: str, element: int | None = None) -> tuple[bool, int | None] | None:
+    """The twin of ``target_binds``."""
+    if isinstance(target, ast.Name):
+        return (True, element) if target.id == name else None
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for position, item in enumerate(target.elts):
+            if isinstance(item, ast.Starred) or element is not None:
+                if _ast_target_binds(item.value if isinstance(item, ast.Starred) else item, name) is not None:
+                    return True, -1
+                continue
+            found = _ast_target_binds(item, name, position)
+            if found is not None:
+                return found
+    return None
+
+
+class _AstBlocks:
+    """The twin of ``_reaching_in_block`` and ``_reaching_in_statement`` for one name, on the
+    statements of a plain scope (``_ast_plain``), where each simple statement is a statement line
+    of one small statement. ``inexact`` turns true at a statement whose answer it does not model
+    (an ``import``, ``global`` or ``del`` that may name the name)."""
+
+    def __init__(self, index: SyntaxIndex, name: str):
+        self.index = index
+        self.name = name
+        self.inexact = False
+
+    def block(self, statements: list[ast.stmt]) -> tuple[list, bool]:
+        reached: list = []
+        for statement in reversed(statements):
+            found, certain = self.statement(statement)
+            reached += found
+            if certain or self.inexact:
+                return reached, certain
+        return reached, False
+
+    def statement(self, statement: ast.stmt) -> tuple[list, bool]:
+        name, kind = self.name, type(statement)
+        if kind is ast.Assign:
+            for target in reversed(statement.targets):
+                bound = _ast_target_binds(target, name)
+                if bound is not None:
+                    return ([None] if bound[1] == -1 else [(statement.value, bound[1])]), True
+            return [], False
+        if kind is ast.AnnAssign or kind is ast.AugAssign:
+            if isinstance(statement.target, ast.Name) and statement.target.id == name:
+                known = kind is ast.AnnAssign and statement.value is not None
+                return [(statement.value, None) if known else None], True
+            return [], False
+        if isinstance(statement, _AST_HIDDEN_BINDERS):
+            lines = self.index.memo("physical_lines", lambda: _physical_lines(self.index.source))
+            self.inexact = any(name in line for line in lines[statement.lineno - 1:statement.end_lineno])
+            return [], False
+        if isinstance(statement, _AST_DEFS):
+            return ([None], True) if statement.name == name else ([], False)
+        if kind is ast.With or kind is ast.AsyncWith:
+            if any(item.optional_vars is not None and _ast_target_binds(item.optional_vars, name) is not None
+                   for item in statement.items):
+                return [None], True
+            return self.block(statement.body)
+        branches: list[list[ast.stmt]] = []
+        always = False
+        if kind is ast.If:
+            node = statement
+            while True:
+                branches.append(node.body)
+                if len(node.orelse) == 1 and type(node.orelse[0]) is ast.If:
+                    node = node.orelse[0]  # elif, or an else holding one if: the same answer
+                    continue
+                if node.orelse:
+                    branches.append(node.orelse)
+                    always = True
+                break
+        elif kind in (ast.For, ast.AsyncFor, ast.While):
+            if kind is not ast.While and _ast_target_binds(statement.target, name) is not None:
+                return [None], False
+            branches = [statement.body] + ([statement.orelse] if statement.orelse else [])
+        elif isinstance(statement, _AST_TRY):
+            branches = [statement.body] + [handler.body for handler in statement.handlers] \
+                + [part for part in (statement.orelse, statement.finalbody) if part]
+        else:
+            return [], False  # an expression statement, a return ...: ``:=`` is excluded by the caller
+        reached: list = []
+        certain = always
+        for branch in branches:
+            found, sure = self.block(branch)
+            reached += found
+            certain = certain and sure
+            if self.inexact:
+                break
+        return reached, certain and bool(reached)

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import dotted_name, find_argument, positional_args, returns_of
+from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args,
+                                       returns_of)
 
 # kind of loss -> the functions and the classes that compute it
 LOSSES = {
@@ -363,45 +364,170 @@ PRODUCERS["logits"] = frozenset(_last_part(name) for name in LOGIT_LAYERS | LOGI
 def ast_may_be_given(index: SyntaxIndex, losses: Iterable[str], activations: Iterable[str]) -> bool:
     """The precheck twin of ``Losses.given``: could a loss of one of the ``losses`` kinds be given a
     value that went through one of the ``activations`` kinds? Every answer starts at a call that
-    produces the activation, and at a loss that is called with something other than a parameter
-    of the function around it (``F.cross_entropy(input, target)`` in a library's own wrapper is
-    unknown), or is built or kept under a name (a criterion, ``loss_fn = F.cross_entropy``)."""
-    if not index.calls(*{name for kind in activations for name in PRODUCERS[kind]}):
+    produces the activation, and is found by following the loss's input back as ``Losses`` does
+    (``_AstLosses`` follows every path it may take, and more)."""
+    kinds = frozenset(activations)
+    if not index.calls(*{name for kind in kinds for name in PRODUCERS[kind]}):
         return False
-    functions = {_last_part(name) for kind in losses for name in LOSSES[kind][0]}
-    classes = {_last_part(name) for kind in losses for name in LOSSES[kind][1]}
-    if index.calls(*classes):
-        return True
-    wanted = index.names(functions | classes)
-    for node in index.nodes(ast.Assign, ast.AnnAssign, ast.NamedExpr):
-        if node.value is not None and _names_uncalled(node.value, wanted):
-            return True  # the function kept under a name (`loss_fn = F.cross_entropy if a else ...`)
-    return any(not _a_parameter(index, call) for call in index.calls(*functions))
+    twin = index.memo("losses", lambda: _AstLosses(index))
+    return any(twin.may_reach(value, kinds, set()) for value in twin.loss_inputs(frozenset(losses)))
 
 
-def _names_uncalled(value: ast.AST, wanted: frozenset[str]) -> bool:
-    """Does ``value`` name one of ``wanted`` other than as what a call calls?"""
-    called = {id(node.func) for node in ast.walk(value) if isinstance(node, ast.Call)}
-    return any(id(node) not in called and (isinstance(node, ast.Name) and node.id in wanted
-                                           or isinstance(node, ast.Attribute) and node.attr in wanted)
-               for node in ast.walk(value))
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_SHAPE_FUNCTIONS = frozenset(_last_part(name) for name in SHAPE_FUNCTIONS)
+_MODEL_WRAPPERS = frozenset(_last_part(name) for name in MODEL_WRAPPERS)
+_SEQUENTIAL = frozenset(_last_part(name) for name in SEQUENTIAL)
+_LOG_FUNCTIONS = frozenset(_last_part(name) for name in LOG_FUNCTIONS)
 
 
-def _a_parameter(index: SyntaxIndex, call: ast.Call) -> bool:
-    """Is the call's input (its first argument or ``input=``) a parameter of the function or lambda
-    around it that the function never binds again? Then ``Losses.activation`` cannot know it."""
-    value = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "input"), None)
-    if not isinstance(value, ast.Name):
+def _ast_first_input(call: ast.Call) -> list[ast.AST]:
+    """What ``first_input`` may answer for a call: ``input=``, or its first positional argument."""
+    found = [k.value for k in call.keywords if k.arg == "input"]
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        found.append(call.args[0])
+    return found
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _contains(outer: ast.AST, node: ast.AST) -> bool:
+    return _position(outer) <= _position(node) and (node.end_lineno, node.end_col_offset) <= (
+        outer.end_lineno, outer.end_col_offset)
+
+
+class _AstLosses:
+    """The precheck twin of ``Losses``, on CPython's tree: a loss call is matched by the last part
+    of its name, a name is followed to every assignment of it in its scope (``Losses`` takes only
+    those that reach the place), a call to every value the file gives its dotted name."""
+
+    def __init__(self, index: SyntaxIndex):
+        self.index = index
+        self.values = ast_values(index)
+        self.assigned: dict[str, list[ast.AST]] = {}  # plain name -> the assignments binding it, unpacked too
+        for node in index.nodes(ast.Assign, ast.AnnAssign):
+            if node.value is not None:
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for bound in _bound_names(target):
+                        self.assigned.setdefault(bound, []).append(node)
+        self.scopes = index.nodes(*_SCOPES)
+        self.classes: dict[str, list[ast.ClassDef]] = {}
+        for node in index.nodes(ast.ClassDef):
+            self.classes.setdefault(node.name, []).append(node)
+
+    def loss_inputs(self, losses: frozenset[str]) -> list[ast.AST]:
+        """The inputs of every call ``Losses.kind`` may take for a loss of the ``losses`` kinds: a
+        loss function, a loss class's instance called in place, or a name given such a value."""
+        functions = {_last_part(name) for kind in losses for name in LOSSES[kind][0]}
+        classes = {_last_part(name) for kind in losses for name in LOSSES[kind][1]}
+        calls = list(self.index.calls(*functions))
+        if self.index.calls(*classes):
+            wanted = self.index.names(classes)
+            calls += [call for call in self.index.nodes(ast.Call)
+                      if isinstance(call.func, ast.Call) and ast_callee(call.func) in wanted]
+        criteria = self._criteria(self.index.names(functions | classes))
+        calls += [call for name in criteria for call in self.index.calls(_last_part(name))
+                  if ast_dotted_name(call.func) == name]
+        return [value for call in calls for value in _ast_first_input(call)]
+
+    def _criteria(self, wanted: frozenset[str]) -> set[str]:
+        """The dotted names given a value that names one of ``wanted`` (``criterion =
+        nn.CrossEntropyLoss()``, ``loss_fn = F.cross_entropy``): what ``Losses._loss_value`` needs."""
+        mentions = [node for node in self.index.nodes(ast.Name) if node.id in wanted]
+        mentions += [node for node in self.index.nodes(ast.Attribute) if node.attr in wanted]
+        if not mentions:
+            return set()
+        return {name for name, values in self.values.items() if _last_part(name) not in ACTIVATION_METHODS
+                and any(_contains(value, node) for value in values for node in mentions)}
+
+    def may_reach(self, expr: ast.AST, kinds: frozenset[str], seen: set) -> bool:
+        """Could ``Losses._activation`` find one of ``kinds`` for ``expr``?"""
+        key = (id(expr), kinds)
+        if key in seen:
+            return False
+        seen.add(key)
+        if isinstance(expr, ast.Subscript):
+            return self.may_reach(expr.value, kinds, seen)
+        if isinstance(expr, ast.Tuple):  # an element of a model's output
+            return any(self.may_reach(element, kinds, seen) for element in expr.elts)
+        if isinstance(expr, ast.Name):
+            return any(self.may_reach(node.value, kinds, seen) for node in self._reaching(expr))
+        if isinstance(expr, ast.Call):
+            return self._may_call(expr, kinds, seen)
         return False
-    around = [node for node in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-              if node.lineno <= call.lineno and call.end_lineno <= node.end_lineno]
-    if not around:
+
+    def _may_call(self, call: ast.Call, kinds: frozenset[str], seen: set) -> bool:
+        func = call.func
+        callee = ast_callee(call)
+        producers = self.index.names({name for kind in kinds for name in PRODUCERS[kind]})
+        if callee in producers or isinstance(func, ast.Call) and ast_callee(func) in producers:
+            return True  # an activation function, method or layer called on the value
+        if isinstance(func, ast.Attribute) and func.attr in SHAPE_METHODS \
+                and self.may_reach(func.value, kinds, seen):
+            return True
+        if callee in self.index.names(_SHAPE_FUNCTIONS) and call.args and not isinstance(call.args[0], ast.Starred) \
+                and self.may_reach(call.args[0], kinds, seen):
+            return True
+        if "log_softmax" in kinds and callee in self.index.names(_LOG_FUNCTIONS):  # the log of a softmax
+            inner = _ast_first_input(call) + ([func.value] if isinstance(func, ast.Attribute) else [])
+            if any(self.may_reach(value, kinds | {"softmax"}, seen) for value in inner):
+                return True
+        if isinstance(func, ast.Attribute) and func.attr == "forward":
+            func = func.value
+        name = ast_dotted_name(func)
+        return name is not None and any(self._may_module(value, kinds, seen) for value in self.values.get(name, ()))
+
+    def _may_module(self, value: ast.AST, kinds: frozenset[str], seen: set) -> bool:
+        """Could ``Losses._module_output`` find one of ``kinds`` for a module built by ``value``?"""
+        key = (id(value), kinds, "module")
+        if key in seen or not isinstance(value, ast.Call):
+            return False
+        seen.add(key)
+        func, callee = value.func, ast_callee(value)
+        if isinstance(func, ast.Attribute) and func.attr in MODEL_METHODS \
+                and self._may_module(func.value, kinds, seen):
+            return True
+        if callee in self.index.names(_MODEL_WRAPPERS) and value.args \
+                and self._may_module(value.args[0], kinds, seen):
+            return True
+        if callee in self.index.names({name for kind in kinds for name in PRODUCERS[kind]}):
+            return True  # a layer
+        if callee in self.index.names(_SEQUENTIAL) and value.args and not isinstance(value.args[-1], ast.Starred) \
+                and self._may_module(value.args[-1], kinds, seen):
+            return True
+        for cls in self.classes.get(ast_dotted_name(func) or "", ()):
+            for forward in cls.body:
+                if isinstance(forward, (ast.FunctionDef, ast.AsyncFunctionDef)) and forward.name == "forward":
+                    if any(isinstance(node, ast.Return) and node.value is not None
+                           and self.may_reach(node.value, kinds, seen) for node in ast.walk(forward)):
+                        return True
         return False
-    function = max(around, key=lambda node: (node.lineno, node.col_offset))
-    arguments = function.args
-    parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                                  *filter(None, (arguments.vararg, arguments.kwarg)))}
-    if value.id not in parameters:
-        return False
-    return not any(isinstance(node, ast.Name) and node.id == value.id and isinstance(node.ctx, ast.Store)
-                   for node in ast.walk(function))
+
+    def _scope(self, node: ast.AST) -> ast.AST | None:
+        """The innermost function, class or lambda around ``node``; None at module level."""
+        found = None
+        for scope in self.scopes:
+            if scope is not node and _contains(scope, node) and (found is None or _contains(found, scope)):
+                found = scope
+        return found
+
+    def _reaching(self, name: ast.Name) -> list[ast.AST]:
+        """The assignments that may give ``name`` its value as ``flow.reaching_assignments`` finds
+        them: every one in its scope (none in a lambda, which binds nothing)."""
+        scope = self._scope(name)
+        if isinstance(scope, ast.Lambda):
+            return []
+        return [node for node in self.assigned.get(name.id, ()) if self._scope(node) is scope]
+
+
+def _bound_names(target: ast.AST) -> list[str]:
+    """The plain names an assignment target binds (``a``, ``a, (b, *c)``), as ``flow.target_binds``
+    may find them."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _bound_names(element)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
