@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, run_torchlint
 from torchlint import fileio, runner
 from torchlint.cli import main
+from torchlint.config import resolve_settings
 
 MOVE = "import torch\n\nx = torch.zeros(3).cuda()\n"
 MOVE_FIXED = 'import torch\n\nx = torch.zeros(3, device="cuda")\n'
@@ -436,6 +437,7 @@ import sys, time
 sys.path.pop(0)
 from torchlint import runner
 from torchlint.cli import main
+from torchlint.config import resolve_settings
 check_file = runner.check_file
 
 def slow_check_file(*args):
@@ -625,3 +627,19 @@ def test_a_crash_in_a_rule_stops_neither_the_run_nor_the_other_files(project, mo
         "the file was left as it was. Please report it (set TORCHLINT_DEBUG=1 for the traceback)"]
     assert (project / "a.py").read_text() == MOVE
     assert (project / "b.py").read_text() == MOVE_FIXED
+
+
+def test_one_process_checks_the_largest_files_first_and_reports_in_the_given_order(tmp_path, monkeypatch):
+    # the largest first keeps the process's peak memory at the largest file's (see check_files)
+    files = []
+    for name, lines in (("small.py", 1), ("large.py", 300), ("medium.py", 30), ("gone.py", 0)):
+        path = tmp_path / name
+        if lines:
+            path.write_text(LEAK + "x = 1\n" * lines)
+        files.append(path)
+    seen = []
+    real = runner.check_file
+    monkeypatch.setattr(runner, "check_file", lambda path, *rest: seen.append(path.name) or real(path, *rest))
+    results = runner.check_files(files, resolve_settings(tmp_path / "small.py"), runner.Options(), jobs=1)
+    assert seen == ["large.py", "medium.py", "small.py", "gone.py"]
+    assert [Path(result.path).name for result in results] == ["small.py", "large.py", "medium.py", "gone.py"]

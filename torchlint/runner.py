@@ -219,16 +219,28 @@ def tune_gc() -> None:
     gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), middle, old)
 
 
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # check_file says what is wrong with it
+
+
 def check_files(files: list[Path], settings, options: Options, jobs: int = 0) -> list[FileResult]:
     """Every file, in order; across processes when there are many (``jobs`` 0: one per core)."""
     workers = jobs or (os.cpu_count() or 1)
+    # The largest files first: a process's peak memory is then the largest file's (with what stays
+    # loaded), not that plus the fragments earlier files left in the heap (torch's sources in one
+    # process: 423 -> 303 MB).
+    largest_first = sorted(files, key=_size, reverse=True)
     if workers <= 1 or len(files) < (PARALLEL_MIN_FILES if not jobs else 2):
-        return [check_file(path, settings, options) for path in files]
+        done = {id(path): check_file(path, settings, options) for path in largest_first}
+        return [done[id(path)] for path in files]
     import concurrent.futures
     import multiprocessing
 
     # Interleaved batches spread large and small files evenly; fork shares the loaded rules.
-    batches = [files[i::workers * 4] for i in range(workers * 4)]
+    batches = [largest_first[i::workers * 4] for i in range(workers * 4)]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     stop = context.Event()
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
