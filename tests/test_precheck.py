@@ -62,6 +62,12 @@ def prechecked(source: str) -> set[str]:
     ("y = x.to('cpu').float().to(device)\n", "TL202"),
     ("import numpy as np\na = np.zeros(3)\nt = torch.tensor(a)\n", "TL204"),
     ("from numpy import zeros as z\nt = torch.tensor(z(3))\n", "TL204"),
+    # an old AMP spelling where the walk reports it: called, a bare decorator, a reference passed,
+    # assigned, returned, a class's base, a branch of a conditional expression
+    ("import torch\nf = partial(torch.cuda.amp.autocast, dtype=d)\n", "TL701"),
+    ("from torch.cuda.amp import custom_fwd\n@custom_fwd\ndef f(): pass\n", "TL701"),
+    ("import torch\nctx = torch.cuda.amp.autocast if amp else nullcontext\n", "TL701"),
+    ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -74,6 +80,8 @@ def test_precheck_passes_the_shape(source, code):
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
+    ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called
+    ("import torch\nok = isinstance(s, torch.cuda.amp.GradScaler)\n", "TL701"),  # a type check
     ("x = torch.zeros(3).to(device=device, dtype=dtype)\n", "TL201"),  # `dtype` is not known to be one
     ("w = weight.to('cpu')\nw = w.float()\n", "TL202"),  # never moved back
     ("t = torch.tensor([1, 2])\n", "TL204"),  # a list, not an array
