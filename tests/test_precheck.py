@@ -68,6 +68,8 @@ def prechecked(source: str) -> set[str]:
     ("from torch.cuda.amp import custom_fwd\n@custom_fwd\ndef f(): pass\n", "TL701"),
     ("import torch\nctx = torch.cuda.amp.autocast if amp else nullcontext\n", "TL701"),
     ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
+    # a graph kept in a training loop, of a name that a backward backpropagates
+    ("for b in d:\n    total = total + loss * 2\n    scaler.scale(loss).backward()\n", "TL101"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -78,6 +80,7 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\na = torch.arange(3)\nt = torch.tensor(a)\n", "TL204"),  # torch's arange, not NumPy's
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
+    ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
     ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called

@@ -19,7 +19,7 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_literal, method_call, root_names
+from torchlint.analysis.syntax import ast_dotted_name, ast_root_names, dotted_name, is_literal, method_call, root_names
 from torchlint.analysis.walk import flat, visit
 
 if TYPE_CHECKING:
@@ -110,6 +110,26 @@ def ast_training_loop_lines(index: SyntaxIndex) -> bytearray:
         return index.lines(loop for loop in index.nodes(*AST_LOOPS)
                            if any(span(loop)[0] <= call.lineno <= span(loop)[1] for call in backward))
     return index.memo("training_loop_lines", compute)
+
+
+def ast_backpropagated_names(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``Loops.backpropagated_names``, for the whole file: every name that
+    some call of ``backward`` may backpropagate (what ``_BackwardFinder`` collects, and more: the
+    receiver and every argument of each such call, the scaled value of ``scaler.scale(...)``)."""
+    def compute() -> frozenset[str]:
+        names: set[str] = set()
+        for call in index.calls(*BACKWARD_CALLEES):
+            parts = [*call.args, *(keyword.value for keyword in call.keywords)]
+            if isinstance(call.func, ast.Attribute):
+                target = call.func.value
+                parts.append(target)
+                if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) \
+                        and target.func.attr == "scale":
+                    parts += [*target.args, *(keyword.value for keyword in target.keywords)]
+            for part in parts:
+                names |= ast_root_names(part.value if isinstance(part, ast.Starred) else part)
+        return frozenset(names)
+    return index.memo("backpropagated_names", compute)
 
 
 def ast_loop_lines(index: SyntaxIndex) -> bytearray:
