@@ -101,6 +101,13 @@ def eval_receivers(code: str) -> set[str]:
     """What ``code`` calls ``.eval()`` on (the regex only where ``.eval()`` is written: it scans slowly)."""
     return set(EVAL_RECEIVER.findall(code)) if ".eval()" in code else set()
 
+
+def _ast_method_of_other(func: ast.AST) -> bool:
+    """The twin of ``EvalWithoutNoGrad._method_of_other`` on CPython's tree."""
+    return type(func) is ast.Attribute and type(func.value) is ast.Name \
+        and func.value.id not in ("self", "cls") and not MODEL_NAME.search(func.value.id)
+
+
 class EvalWithoutNoGrad(Rule):
     code = "TL103"
     name = "eval-without-no-grad"
@@ -142,8 +149,11 @@ class EvalWithoutNoGrad(Rule):
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
             name = ast_dotted_name(func)
-            if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers
-                                                or name in module_holders):
+            if name in (None, "self"):
+                continue
+            last = name.rsplit(".", 1)[-1]
+            if MODEL_NAME.search(last) and not MODEL_BUILDER.match(last) and not _ast_method_of_other(func) \
+                    or name in receivers or name in module_holders:
                 return True
         return any((summary := ast_call_summary(index, call)) is not None and summary.forwards_with_grad
                    for call in calls)

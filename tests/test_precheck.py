@@ -81,6 +81,7 @@ def test_precheck_passes_the_shape(source, code):
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
+    ("from x import writer\ndef validate(loader):\n    for b in loader:\n        writer.generator(b)\n", "TL103"),
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
     ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called
