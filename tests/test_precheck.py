@@ -70,6 +70,10 @@ def prechecked(source: str) -> set[str]:
     ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
     # a graph kept in a training loop, of a name that a backward backpropagates
     ("for b in d:\n    total = total + loss * 2\n    scaler.scale(loss).backward()\n", "TL101"),
+    # a layer and its norm chained in one class, by a keyword argument
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        return self.bn(input=x)\n", "TL401"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -81,6 +85,9 @@ def test_precheck_passes_the_shape(source, code):
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "    def forward(self, x):\n        return self.bn(self.conv(x))\nclass B(nn.Module):\n"
+     "    def __init__(self):\n        self.bn = nn.BatchNorm2d(2)\n", "TL401"),  # the norm is another class's
     ("from x import writer\ndef validate(loader):\n    for b in loader:\n        writer.generator(b)\n", "TL103"),
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
