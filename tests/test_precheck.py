@@ -70,6 +70,13 @@ def prechecked(source: str) -> set[str]:
     ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
     # a graph kept in a training loop, of a name that a backward backpropagates
     ("for b in d:\n    total = total + loss * 2\n    scaler.scale(loss).backward()\n", "TL101"),
+    # a step before the backward; no zero_grad; a step under a remainder test, a backward outside it
+    ("for b in d:\n    optimizer.step()\n    loss.backward()\n", "TL807"),
+    ("for b in d:\n    loss.backward()\n    optimizer.step()\n", "TL804"),
+    ("for i, b in enumerate(d):\n    loss.backward()\n    if (i + 1) % k == 0:\n        opt.step()\n"
+     "        opt.zero_grad()\n", "TL805"),
+    ("for b in d:\n    for c in b.chunk(4):\n        loss.backward()\n    opt.step()\n    opt.zero_grad()\n",
+     "TL805"),
     # a layer and its norm chained in one class, by a keyword argument
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
@@ -85,6 +92,11 @@ def test_precheck_passes_the_shape(source, code):
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
+    ("for b in d:\n    envs.step(a)\n    loss.backward()\n", "TL807"),  # an environment, not an optimizer
+    ("for b in d:\n    loss_d.backward()\n    opt_d.step()\n    loss_g.backward()\n    opt_g.step()\n",
+     "TL807"),  # each step after a backward of the loop
+    ("for b in d:\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n", "TL804"),  # cleared
+    ("for i, b in enumerate(d):\n    if i % k == 0:\n        loss.backward()\n        opt.step()\n", "TL805"),
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "    def forward(self, x):\n        return self.bn(self.conv(x))\nclass B(nn.Module):\n"
      "    def __init__(self):\n        self.bn = nn.BatchNorm2d(2)\n", "TL401"),  # the norm is another class's
