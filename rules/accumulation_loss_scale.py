@@ -70,8 +70,8 @@ import libcst as cst
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
 from torchlint.analysis.conditions import ast_is_periodic_test
 from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, ast_training_loop_lines
-from torchlint.analysis.steps import Accumulation, accumulation, ast_inside, ast_training_steps
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, method_call, root_names
+from torchlint.analysis.steps import Accumulation, accumulation, ast_training_steps
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
@@ -106,19 +106,19 @@ class AccumulationLossScale(Rule):
         backwards = index.calls(*BACKWARD_CALLEES)
         loops = index.nodes(*AST_LOOPS)
         micro = [loop for loop in loops if type(loop) in (ast.For, ast.AsyncFor) and _ast_micro_batches(loop.iter)
-                 and any(ast_inside(call, loop) for call in backwards)]
+                 and any(ast_contains(loop, call) for call in backwards)]
         for step, around in steps:
             for loop in around:
-                inside = [call for call in backwards if ast_inside(call, loop)]
-                if any(ast_inside(step, guard) and ast_inside(guard, loop)
-                       and any(not ast_inside(call, guard) for call in inside) for guard in guards):
+                inside = [call for call in backwards if ast_contains(loop, call)]
+                if any(ast_contains(guard, step) and ast_contains(loop, guard)
+                       and any(not ast_contains(guard, call) for call in inside) for guard in guards):
                     return True
                 if any(skip in loop.body and _before(skip, step) and any(_before(call, skip) for call in inside)
                        for skip in skips):
                     return True
-                nested = any(other is not loop and ast_inside(step, other) and ast_inside(other, loop)
+                nested = any(other is not loop and ast_contains(other, step) and ast_contains(loop, other)
                              for other in loops)
-                if not nested and any(inner is not loop and ast_inside(inner, loop) for inner in micro):
+                if not nested and any(inner is not loop and ast_contains(loop, inner) for inner in micro):
                     return True
         return False
 

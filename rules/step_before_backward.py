@@ -61,7 +61,8 @@ import libcst as cst
 
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import BACKWARD_CALLEES, is_backward_call
-from torchlint.analysis.steps import ast_inside, ast_training_steps, optimizer_like, stepped_optimizer
+from torchlint.analysis.steps import ast_training_steps, optimizer_like, stepped_optimizer
+from torchlint.analysis.syntax import ast_contains
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import innermost_training_loop
@@ -77,9 +78,9 @@ def _ast_backward_of_body(call: ast.Call, loop: ast.AST, scopes: list[ast.AST]) 
     defined there (by lines, decorators included: a precheck may miss one, not invent one)?"""
     if not (type(call.func) is ast.Attribute and call.func.attr in BACKWARD_CALLEES):
         return False
-    if not any(ast_inside(call, statement) for statement in loop.body):
+    if not any(ast_contains(statement, call) for statement in loop.body):
         return False
-    return not any(span(scope)[0] <= call.lineno <= span(scope)[1] and ast_inside(scope, loop) for scope in scopes)
+    return not any(span(scope)[0] <= call.lineno <= span(scope)[1] and ast_contains(loop, scope) for scope in scopes)
 
 
 class StepBeforeBackward(Rule):
@@ -103,9 +104,9 @@ class StepBeforeBackward(Rule):
         for step, loops in steps:
             start = (step.lineno, step.col_offset)
             for loop in loops:
-                if any(ast_inside(step, node) and ast_inside(node, loop) for node in conditions):
+                if any(ast_contains(node, step) and ast_contains(loop, node) for node in conditions):
                     continue
-                inside = [call for call in backwards if ast_inside(call, loop)]
+                inside = [call for call in backwards if ast_contains(loop, call)]
                 if not any((call.lineno, call.col_offset) >= start for call in inside):
                     continue
                 if not any((call.lineno, call.col_offset) < start and _ast_backward_of_body(call, loop, scopes)

@@ -23,7 +23,7 @@ from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, LOOPS, ast_training_loop_lines, is_backward_call
-from torchlint.analysis.syntax import ast_dotted_name, contains, dotted_name, positional_args
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 
 OPTIMIZER_NAME = re.compile(r"optim|(^|_)opt($|_|[dg]$)", re.IGNORECASE)
@@ -377,12 +377,6 @@ def ast_steps_in_training_loops(index: SyntaxIndex) -> bool:
     return any(training[call.lineno] for call in ast_optimizer_steps(index))
 
 
-def ast_inside(node: ast.AST, container: ast.AST) -> bool:
-    """Does ``node`` lie within ``container`` (by their positions: a descendant, or the node itself)?"""
-    return (container.lineno, container.col_offset) <= (node.lineno, node.col_offset) \
-        and (node.end_lineno, node.end_col_offset) <= (container.end_lineno, container.end_col_offset)
-
-
 def ast_training_steps(index: SyntaxIndex) -> list[tuple[ast.Call, tuple[ast.AST, ...]]]:
     """The calls that may step an optimizer in a loop that calls backward, each with every loop
     around it that holds a call of backward: the loop ``innermost_training_loop`` finds for the
@@ -394,8 +388,8 @@ def ast_training_steps(index: SyntaxIndex) -> list[tuple[ast.Call, tuple[ast.AST
         if not steps:
             return []
         backwards = index.calls(*BACKWARD_CALLEES)
-        loops = [loop for loop in index.nodes(*AST_LOOPS) if any(ast_inside(call, loop) for call in backwards)]
-        found = [(step, tuple(loop for loop in loops if ast_inside(step, loop))) for step in steps]
+        loops = [loop for loop in index.nodes(*AST_LOOPS) if any(ast_contains(loop, call) for call in backwards)]
+        found = [(step, tuple(loop for loop in loops if ast_contains(loop, step))) for step in steps]
         return [(step, around) for step, around in found if around]
     return index.memo("training_steps", compute)
 
@@ -415,5 +409,5 @@ def ast_clears_gradients_directly(index: SyntaxIndex, loop: ast.AST) -> bool:
         found += [target for node in index.nodes(ast.Assign) for target in node.targets
                   if (ast_dotted_name(target) or "").endswith(".grad")]
         return found
-    return any(ast_inside(node, loop) for node in index.memo("gradient_clears", compute))
+    return any(ast_contains(loop, node) for node in index.memo("gradient_clears", compute))
 
