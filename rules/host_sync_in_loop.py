@@ -78,16 +78,17 @@ fire on most scripts. Enable it (`--extend-select TL802`) when tuning a loop's t
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from torchlint.analysis.calls import related, where
+from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -126,12 +127,19 @@ class HostSyncInLoop(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a training loop, Lightning's training_step, or a step function (`optimize_parameters`)
-        if any(ast_training_loop_lines(index)):
+        # what `_step` finds: a training loop in a script that names CUDA, a step function
+        # (`optimize_parameters`) that calls backward, or Lightning's training_step, where the step
+        # computes no tensors this rule follows: there only an explicit read, or a helper's sync
+        # that needs none of them, is reported
+        if "cuda" in index.source and any(ast_training_loop_lines(index)) and mentions_cuda(index.code):
             return True
+        functions = index.nodes(*AST_FUNCTIONS)
         backward = index.lines(index.calls(*BACKWARD_CALLEES))
-        return any(f.name == "training_step" or STEP_FUNCTION.search(f.name) and any(backward[f.lineno:f.end_lineno + 1])
-                   for f in index.nodes(*AST_FUNCTIONS))
+        if any(f.name != "training_step" and STEP_FUNCTION.search(f.name) and any(backward[f.lineno:f.end_lineno + 1])
+               for f in functions):
+            return True
+        steps = index.lines(f for f in functions if f.name == "training_step")
+        return any(steps[call.lineno] and _ast_may_sync_in_training_step(index, call) for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -384,6 +392,22 @@ class HostSyncInLoop(Rule):
         for later in body[index + 1:]:
             visit(later, tests)
         return bool(targets & tests.names)
+
+
+def _ast_may_sync_in_training_step(index: SyntaxIndex, call: ast.Call) -> bool:
+    """May ``visit_Call`` report the call in a Lightning ``training_step``, where ``_tensors`` is
+    empty: ``x.item()`` and the other explicit reads (``_sync``), or a call of the project's own
+    function whose sync ``_syncs_here`` counts without a tensor of the step (``_helper_sync``)?"""
+    func = call.func
+    if type(func) is ast.Attribute and func.attr in SYNC_METHODS \
+            and (func.attr == "numpy" or not (call.args or call.keywords)):
+        return True
+    if type(func) not in (ast.Name, ast.Attribute) or ast_dotted_name(func) is None:
+        return False
+    summary = ast_call_summary(index, call)
+    return summary is not None and any(sync.how in ("synchronize", "method")
+                                       or any(operand.kind == TENSOR for operand in sync.reads)
+                                       for sync in summary.host_syncs)
 
 
 def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:

@@ -81,6 +81,10 @@ def prechecked(source: str) -> set[str]:
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
      "        return self.bn(input=x)\n", "TL401"),
+    # a Lightning training_step with an explicit read; a loop in a script that names CUDA
+    ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
+     "TL802"),
+    ("for b in d:\n    loss.backward()\n    total += loss.item()\nx = x.cuda()\n", "TL802"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -93,6 +97,9 @@ def test_precheck_passes_the_shape(source, code):
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
     ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
     ("for b in d:\n    envs.step(a)\n    loss.backward()\n", "TL807"),  # an environment, not an optimizer
+    ("for b in d:\n    loss.backward()\n    total += loss.item()\n", "TL802"),  # a script that never names CUDA
+    ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch)\n",
+     "TL802"),  # no read, no helper of the project known to sync
     ("for b in d:\n    loss_d.backward()\n    opt_d.step()\n    loss_g.backward()\n    opt_g.step()\n",
      "TL807"),  # each step after a backward of the loop
     ("for b in d:\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n", "TL804"),  # cleared
