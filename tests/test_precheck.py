@@ -85,6 +85,8 @@ def prechecked(source: str) -> set[str]:
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
      "TL802"),
     ("for b in d:\n    loss.backward()\n    total += loss.item()\nx = x.cuda()\n", "TL802"),
+    # an eval() after the backward of an iteration, through a helper of the file
+    ("def val(m):\n    m.eval()\nfor e in range(3):\n    loss.backward()\n    val(model)\n", "TL806"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -100,6 +102,7 @@ def test_precheck_passes_the_shape(source, code):
     ("for b in d:\n    loss.backward()\n    total += loss.item()\n", "TL802"),  # a script that never names CUDA
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch)\n",
      "TL802"),  # no read, no helper of the project known to sync
+    ("def val(m):\n    m.eval()\nfor e in range(3):\n    val(model)\n    loss.backward()\n", "TL806"),  # eval first
     ("for b in d:\n    loss_d.backward()\n    opt_d.step()\n    loss_g.backward()\n    opt_g.step()\n",
      "TL807"),  # each step after a backward of the loop
     ("for b in d:\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n", "TL804"),  # cleared
