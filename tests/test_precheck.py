@@ -81,6 +81,10 @@ def prechecked(source: str) -> set[str]:
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
      "        return self.bn(input=x)\n", "TL401"),
+    # a model in an evaluation loop; torch.no_grad imported in a function only (Imports may not see it)
+    ("def validate(model, loader):\n    for b in loader:\n        model(b)\n", "TL103"),
+    ("def validate(model, loader):\n    import torch\n    for b in loader:\n        with torch.no_grad():\n"
+     "            model(b)\n", "TL103"),
     # a Lightning training_step with an explicit read; a loop in a script that names CUDA
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
      "TL802"),
@@ -111,6 +115,10 @@ def test_precheck_passes_the_shape(source, code):
      "    def forward(self, x):\n        return self.bn(self.conv(x))\nclass B(nn.Module):\n"
      "    def __init__(self):\n        self.bn = nn.BatchNorm2d(2)\n", "TL401"),  # the norm is another class's
     ("from x import writer\ndef validate(loader):\n    for b in loader:\n        writer.generator(b)\n", "TL103"),
+    ("import torch\ndef validate(model, loader):\n    for b in loader:\n        with torch.no_grad():\n"
+     "            model(b)\n", "TL103"),  # grad is off
+    ("def train(model, loader):\n    ema.eval()\n    for b in loader:\n        model(b).backward()\n",
+     "TL103"),  # the loop trains
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
     ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called

@@ -228,6 +228,21 @@ class SyntaxIndex:
         head, dot, rest = name.partition(".")
         return frozenset(target + dot + rest for target in self.import_aliases.get(head, ()))
 
+    def surely_qualified_name(self, expr: ast.AST) -> str | None:
+        """The one name ``Bindings.qualified_name`` can give ``expr``: every import of the file
+        that binds its head agrees, and one of them is a statement of the module's body (which
+        ``Imports`` surely reads); else None. For a precheck that says no when a name is surely
+        one thing (``torch.no_grad``)."""
+        names = self.qualified_names(expr)
+        if len(names) != 1:
+            return None
+        head = ast_dotted_name(expr).partition(".")[0]
+        bound = (alias.asname or (alias.name.partition(".")[0] if type(statement) is ast.Import else alias.name)
+                 for statement in self.tree.body if type(statement) is ast.Import
+                 or type(statement) is ast.ImportFrom and not statement.level and statement.module
+                 for alias in statement.names)
+        return next(iter(names)) if head in bound else None
+
     def may_be_imported(self, func: ast.AST) -> bool:
         """Can ``func`` (``torch.profiler.profile``, ``profile``) name something an import brought,
         as ``Bindings.qualified_name`` requires? Not ``self.profiler.profile``."""
