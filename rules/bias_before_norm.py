@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_is_literal, dotted_name, find_argument,
-                                       has_star_args, is_literal, names_in, string_value)
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
+                                       is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
 from torchlint.analysis.index import span
 from torchlint.rule import Rule, SyntaxIndex

@@ -83,23 +83,17 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis.calls import ast_call_summary, related, where
+from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, method_call, names_in, root_names, target_names
+from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._host_sync import (CONVERSIONS, ENVIRONMENT, LOG_METHODS, SYNC_METHODS, TENSOR_LOGGERS,
+                                        ast_may_sync_in_loops, ast_may_sync_in_training_step)
 
-SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
-LOG_METHODS = frozenset({"log", "log_dict"})
-# Turning a tensor into a Python number or text reads it on the host.
-CONVERSIONS = frozenset({"float", "int", "bool", "math.isnan", "math.isinf", "math.isfinite"})
-# Loggers that take a tensor and read it on the host (TensorBoard, Weights & Biases).
-TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
-# Where an environment is stepped: the action it needs must come to the host every step.
-ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
 ADVICE = "every N steps (`if step % N == 0:`)"
 # A function that runs one training step (called from the loop of another function or file)
 STEP_FUNCTION = re.compile(r"(^|_)(optimi[sz]e_parameters|train_step|training_step|train_batch|train_on_batch|"
@@ -131,7 +125,8 @@ class HostSyncInLoop(Rule):
         # (`optimize_parameters`) that calls backward, or Lightning's training_step, where the step
         # computes no tensors this rule follows: there only an explicit read, or a helper's sync
         # that needs none of them, is reported
-        if "cuda" in index.source and any(ast_training_loop_lines(index)) and mentions_cuda(index.code):
+        if "cuda" in index.source and any(ast_training_loop_lines(index)) and mentions_cuda(index.code) \
+                and ast_may_sync_in_loops(index):
             return True
         functions = index.nodes(*AST_FUNCTIONS)
         backward = index.lines(index.calls(*BACKWARD_CALLEES))
@@ -139,7 +134,7 @@ class HostSyncInLoop(Rule):
                for f in functions):
             return True
         steps = index.lines(f for f in functions if f.name == "training_step")
-        return any(steps[call.lineno] and _ast_may_sync_in_training_step(index, call) for call in index.nodes(ast.Call))
+        return any(steps[call.lineno] and ast_may_sync_in_training_step(index, call) for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -392,22 +387,6 @@ class HostSyncInLoop(Rule):
         for later in body[index + 1:]:
             visit(later, tests)
         return bool(targets & tests.names)
-
-
-def _ast_may_sync_in_training_step(index: SyntaxIndex, call: ast.Call) -> bool:
-    """May ``visit_Call`` report the call in a Lightning ``training_step``, where ``_tensors`` is
-    empty: ``x.item()`` and the other explicit reads (``_sync``), or a call of the project's own
-    function whose sync ``_syncs_here`` counts without a tensor of the step (``_helper_sync``)?"""
-    func = call.func
-    if type(func) is ast.Attribute and func.attr in SYNC_METHODS \
-            and (func.attr == "numpy" or not (call.args or call.keywords)):
-        return True
-    if type(func) not in (ast.Name, ast.Attribute) or ast_dotted_name(func) is None:
-        return False
-    summary = ast_call_summary(index, call)
-    return summary is not None and any(sync.how in ("synchronize", "method")
-                                       or any(operand.kind == TENSOR for operand in sync.reads)
-                                       for sync in summary.host_syncs)
 
 
 def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:

@@ -89,6 +89,7 @@ def prechecked(source: str) -> set[str]:
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
      "TL802"),
     ("for b in d:\n    loss.backward()\n    total += loss.item()\nx = x.cuda()\n", "TL802"),
+    ("for b in d:\n    loss = f(b.cuda())\n    loss.backward()\n    print(f'{loss:.3f}')\n", "TL802"),
     # an eval() after the backward of an iteration, through a helper of the file
     ("def val(m):\n    m.eval()\nfor e in range(3):\n    loss.backward()\n    val(model)\n", "TL806"),
 ])
@@ -104,6 +105,10 @@ def test_precheck_passes_the_shape(source, code):
     ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
     ("for b in d:\n    envs.step(a)\n    loss.backward()\n", "TL807"),  # an environment, not an optimizer
     ("for b in d:\n    loss.backward()\n    total += loss.item()\n", "TL802"),  # a script that never names CUDA
+    ("for i, b in enumerate(d):\n    loss.backward()\n    if i % 100 == 0:\n        print(loss.item())\n"
+     "x = x.cuda()\n", "TL802"),  # every 100 steps
+    ("for b in d:\n    actions = q(b.cuda()).argmax(1).cpu().numpy()\n    envs.step(actions)\n    loss.backward()\n",
+     "TL802"),  # an environment needs the actions on the host
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch)\n",
      "TL802"),  # no read, no helper of the project known to sync
     ("def val(m):\n    m.eval()\nfor e in range(3):\n    val(model)\n    loss.backward()\n", "TL806"),  # eval first
