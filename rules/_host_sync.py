@@ -83,7 +83,7 @@ def _ast_feeds_an_environment(index: SyntaxIndex, node: ast.AST, steps: list[ast
         return False
     statement = max((s for s in index.nodes(ast.Assign) if ast_contains(s, node)),
                     key=lambda s: (s.lineno, s.col_offset), default=None)
-    lines = index.memo("lines", lambda: re.split(r"\r\n|\r|\n", index.source))  # as CPython counts them
+    lines = index.source_lines
     if statement is None or lines[statement.lineno - 1][:statement.col_offset].strip() \
             or statement.lineno > 1 and lines[statement.lineno - 2].endswith("\\"):
         return False

@@ -135,25 +135,31 @@ def _ast_class_pair(index: SyntaxIndex, biased: set[int], norms: set[int]) -> bo
 
 def _ast_assigned_before(index: SyntaxIndex, call: ast.Call, variable: str) -> list[str]:
     """The twin of ``_assigned_just_before``, loosely: the layers ``variable = self.layer(...)``
-    assigns in a statement before the one that holds the call, in its block, with only simple
-    statements in between (those of the call's own line, when written with ``;``)."""
+    assigns in the statement before the line that holds the call, in its block (that line's own
+    statements, joined by ``;``, count too: a precheck may not tell them apart)."""
     found = []
     for block in index.blocks():
         statement = next((i for i, node in enumerate(block) if span(node)[0] <= call.lineno <= node.end_lineno), None)
         if statement is None:
             continue
-        for previous in reversed(block[:statement]):
+        first = statement
+        while first > 0 and b";" in _between(index, block[first - 1], block[first]):
+            first -= 1  # a `;` between two statements is (or is in a comment) on one line
+        for previous in block[max(first - 1, 0):statement]:
             if type(previous) is ast.Assign and len(previous.targets) == 1 and type(previous.targets[0]) is ast.Name \
                     and previous.targets[0].id == variable and type(previous.value) is ast.Call \
                     and _ast_self_attribute(previous.value.func) is not None:
                 found.append(_ast_self_attribute(previous.value.func))
-            if isinstance(previous, _COMPOUND):
-                break
     return found
 
 
-_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With,
-             ast.AsyncWith, ast.Try, ast.Match, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+def _between(index: SyntaxIndex, before: ast.AST, after: ast.AST) -> bytes:
+    """The source between the end of one node and the start of the next (CPython's columns count
+    bytes)."""
+    lines = [line.encode() for line in index.source_lines[before.end_lineno - 1:after.lineno]]
+    if len(lines) == 1:
+        return lines[0][before.end_col_offset:after.col_offset]
+    return b"\n".join([lines[0][before.end_col_offset:], *lines[1:-1], lines[-1][:after.col_offset]])
 
 
 @dataclass

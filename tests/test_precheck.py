@@ -81,6 +81,9 @@ def prechecked(source: str) -> set[str]:
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
      "        return self.bn(input=x)\n", "TL401"),
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        y = 1; x = self.bn(x)\n        return y\n", "TL401"),  # the line before, `;` on the norm's line
     # a model in an evaluation loop; torch.no_grad imported in a function only (Imports may not see it)
     ("def validate(model, loader):\n    for b in loader:\n        model(b)\n", "TL103"),
     ("def validate(model, loader):\n    import torch\n    for b in loader:\n        with torch.no_grad():\n"
@@ -119,6 +122,9 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
      "    def forward(self, x):\n        return self.bn(self.conv(x))\nclass B(nn.Module):\n"
      "    def __init__(self):\n        self.bn = nn.BatchNorm2d(2)\n", "TL401"),  # the norm is another class's
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        x = self.act(x)\n        return self.bn(x)\n", "TL401"),  # not the statement just before
     ("from x import writer\ndef validate(loader):\n    for b in loader:\n        writer.generator(b)\n", "TL103"),
     ("import torch\ndef validate(model, loader):\n    for b in loader:\n        with torch.no_grad():\n"
      "            model(b)\n", "TL103"),  # grad is off

@@ -17,6 +17,7 @@ answers (``loops.ast_training_loop_lines``, ``devices.ast_may_move``, ...), unde
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -169,6 +170,11 @@ class SyntaxIndex:
                       if isinstance(node.value, str) and id(node) not in skipped]
             return "\n".join(words)
         return self.memo("code_words", compute)
+
+    @property
+    def source_lines(self) -> list[str]:
+        """The source's lines as CPython numbers them: ``source_lines[node.lineno - 1]``."""
+        return self.memo("source_lines", lambda: re.split(r"\r\n|\r|\n", self.source))
 
     @property
     def code(self) -> str:
