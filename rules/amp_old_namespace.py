@@ -88,6 +88,7 @@ import ast
 
 import libcst as cst
 
+from torchlint.analysis.compat import ast_surely_in_fallback
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, positional_args
 from torchlint.fixes import as_keyword, import_reference, insert_arg, keyword_argument
 from torchlint.rule import Rule, SyntaxIndex
@@ -143,8 +144,9 @@ class AmpOldNamespace(Rule):
         if not found:
             return False
         called, decorators, references = _ast_reported_places(index)
-        return any(id(node) in called or id(node) in references
-                   or id(node) in decorators and row.get("bare_decorator") for node, row in found)
+        reported = [node for node, row in found if id(node) in called or id(node) in references
+                    or id(node) in decorators and row.get("bare_decorator")]
+        return any(not ast_surely_in_fallback(index, node) for node in reported)  # as _migration asks
 
     def __init__(self, ctx):
         super().__init__(ctx)

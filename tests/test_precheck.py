@@ -68,6 +68,7 @@ def prechecked(source: str) -> set[str]:
     ("from torch.cuda.amp import custom_fwd\n@custom_fwd\ndef f(): pass\n", "TL701"),
     ("import torch\nctx = torch.cuda.amp.autocast if amp else nullcontext\n", "TL701"),
     ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
+    ("import torch\ntry:\n    pass\nexcept* ImportError:\n    s = torch.cuda.amp.GradScaler()\n", "TL701"),
     # a graph kept in a training loop, of a name that a backward backpropagates
     ("for b in d:\n    total = total + loss * 2\n    scaler.scale(loss).backward()\n", "TL101"),
     # a step before the backward; no zero_grad; a step under a remainder test, a backward outside it
@@ -134,6 +135,8 @@ def test_precheck_passes_the_shape(source, code):
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
     ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called
     ("import torch\nok = isinstance(s, torch.cuda.amp.GradScaler)\n", "TL701"),  # a type check
+    ("import torch\ns = torch.amp.GradScaler('cuda') if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()\n",
+     "TL701"),  # the fallback for older torch
     ("x = torch.zeros(3).to(device=device, dtype=dtype)\n", "TL201"),  # `dtype` is not known to be one
     ("w = weight.to('cpu')\nw = w.float()\n", "TL202"),  # never moved back
     ("t = torch.tensor([1, 2])\n", "TL204"),  # a list, not an array
