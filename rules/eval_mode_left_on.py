@@ -94,8 +94,8 @@ from torchlint.analysis.flow import argument_for, function_of_call
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import (AST_FUNCTIONS, AST_LOOPS, BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
                                       is_backward_call, is_eval_call, with_item_disables_grad)
-from torchlint.analysis.syntax import (ast_callee, ast_contains, dotted_name, find_keyword, function_parameters,
-                                       is_literal, method_call)
+from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_keyword,
+                                       function_parameters, is_literal, method_call)
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -160,7 +160,8 @@ class EvalModeLeftOn(Rule):
         # them, through helpers of helpers)
         if not any(ast_loop_lines(index)):
             return False
-        evals = [call for call in index.calls("eval", "train") if _ast_may_put_in_eval(call)]
+        evals = [call for call in index.calls("eval", "train")
+                 if _ast_may_put_in_eval(call) and not _ast_surely_restored(index, call)]
         backwards = index.calls(*BACKWARD_CALLEES)
         if not evals or not backwards:
             return False
@@ -398,6 +399,38 @@ def _ast_may_put_in_eval(call: ast.Call) -> bool:
     func = call.func
     return type(func) is ast.Attribute and (func.attr == "eval" and not call.args and not call.keywords
                                             or func.attr == "train" and bool(call.args or call.keywords))
+
+
+def _ast_surely_restored(index: SyntaxIndex, evaluation: ast.Call) -> bool:
+    """Does a ``.train()`` surely follow the eval in every walk of ``_events`` that meets it, so that
+    ``_left_on`` answers no: later in the same function (in no function, lambda or class defined
+    there), inside every loop of it that holds the eval, of the same model or one that contains it
+    or is part of it (the names as written: a helper maps both the same way)?"""
+    scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+    def owner(node: ast.AST) -> ast.AST | None:
+        return max((scope for scope in scopes if ast_contains(scope, node)),
+                   key=lambda scope: (scope.lineno, scope.col_offset), default=None)
+
+    evaluated = ast_dotted_name(evaluation.func.value)
+    if evaluated is None:
+        return True  # the event has no receiver, and only one with a receiver is reported
+    where = owner(evaluation)
+    nested = [span(scope) for scope in scopes if scope is not where and (where is None or ast_contains(where, scope))]
+    loops = [loop for loop in index.nodes(*AST_LOOPS) if ast_contains(loop, evaluation)
+             and (where is None or ast_contains(where, loop))]
+    after = (evaluation.lineno, evaluation.col_offset)
+    for train in index.calls("train"):
+        if not (type(train.func) is ast.Attribute and train.func.attr == "train" and not train.args
+                and not train.keywords and (train.lineno, train.col_offset) > after):
+            continue
+        trained = ast_dotted_name(train.func.value)
+        if (trained is None or trained == evaluated or evaluated.startswith(trained + ".")
+                or trained.startswith(evaluated + ".")) and owner(train) is where \
+                and not any(first <= train.lineno <= last for first, last in nested) \
+                and all(ast_contains(loop, train) for loop in loops):
+            return True
+    return False
 
 
 def _ast_reaching(index: SyntaxIndex, calls: list[ast.Call]) -> list[ast.Call]:

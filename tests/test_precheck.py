@@ -116,6 +116,8 @@ def test_precheck_passes_the_shape(source, code):
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch)\n",
      "TL802"),  # no read, no helper of the project known to sync
     ("def val(m):\n    m.eval()\nfor e in range(3):\n    val(model)\n    loss.backward()\n", "TL806"),  # eval first
+    ("def sample(m):\n    m.eval()\n    z = m(x)\n    m.train()\n    return z\nfor e in range(3):\n"
+     "    loss.backward()\n    sample(model)\n", "TL806"),  # put back in training mode
     ("for b in d:\n    loss_d.backward()\n    opt_d.step()\n    loss_g.backward()\n    opt_g.step()\n",
      "TL807"),  # each step after a backward of the loop
     ("for b in d:\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n", "TL804"),  # cleared
