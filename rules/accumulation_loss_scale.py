@@ -62,13 +62,16 @@ accumulation), and in test code.
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
-from torchlint.analysis.steps import Accumulation, accumulation, ast_steps_in_training_loops
-from torchlint.analysis.syntax import dotted_name, method_call, root_names
+from torchlint.analysis.conditions import ast_is_periodic_test
+from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES
+from torchlint.analysis.steps import Accumulation, accumulation, ast_training_steps
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
@@ -88,7 +91,36 @@ class AccumulationLossScale(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_steps_in_training_loops(index)
+        # what `accumulation` needs of a training loop around a step (the sum not asked for): a
+        # remainder test around the step (or an `if <test>: continue` before it) with a backward of
+        # the loop outside it, or an inner loop over micro-batches that calls backward while the
+        # step is in no inner loop. A test that is a name needs a remainder assigned somewhere.
+        steps = ast_training_steps(index)
+        if not steps or SUMMED_ON_PURPOSE.search(index.source):
+            return False
+        remainder = index.memo("remainder_anywhere", lambda: any(
+            ast_is_periodic_test(node) for node in index.nodes(ast.BinOp) if type(node.op) is ast.Mod))
+        guards = [node for node in index.nodes(ast.If) if remainder and _ast_may_be_periodic(node.test)]
+        skips = [node for node in guards if not node.orelse and len(node.body) == 1
+                 and type(node.body[0]) is ast.Continue]
+        backwards = index.calls(*BACKWARD_CALLEES)
+        loops = index.nodes(*AST_LOOPS)
+        micro = [loop for loop in loops if type(loop) in (ast.For, ast.AsyncFor) and _ast_micro_batches(loop.iter)
+                 and any(ast_contains(loop, call) for call in backwards)]
+        for step, around in steps:
+            for loop in around:
+                inside = [call for call in backwards if ast_contains(loop, call)]
+                if any(ast_contains(guard, step) and ast_contains(loop, guard)
+                       and any(not ast_contains(guard, call) for call in inside) for guard in guards):
+                    return True
+                if any(skip in loop.body and _before(skip, step) and any(_before(call, skip) for call in inside)
+                       for skip in skips):
+                    return True
+                nested = any(other is not loop and ast_contains(other, step) and ast_contains(loop, other)
+                             for other in loops)
+                if not nested and any(inner is not loop and ast_contains(loop, inner) for inner in micro):
+                    return True
+        return False
 
     def visit_For(self, node: cst.CSTNode) -> None:
         if self.ctx.loops.backpropagated_names(node) is None or SUMMED_ON_PURPOSE.search(self.ctx.source):
@@ -190,6 +222,30 @@ class AccumulationLossScale(Rule):
 
         walk(loop, on_visit)
         return bool(found)
+
+
+def _ast_may_be_periodic(test: ast.AST) -> bool:
+    """May ``steps._periodic_guard`` find a remainder in an ``if`` test: written out, or a name
+    (then the one value the file assigns it must hold one)?"""
+    if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
+        test = test.operand
+    return type(test) is ast.Name or ast_is_periodic_test(test)
+
+
+def _before(node: ast.AST, other: ast.AST) -> bool:
+    return (node.lineno, node.col_offset) < (other.lineno, other.col_offset)
+
+
+def _ast_micro_batches(iterated: ast.AST) -> bool:
+    """May ``steps._micro_batch_count`` read the iterated value as micro-batches (``range(k)``,
+    ``batch.chunk(k)``, ``torch.split(x, n)``, inside ``enumerate(...)``)?"""
+    if type(iterated) is not ast.Call:
+        return False
+    name = ast_dotted_name(iterated.func) or ""
+    if name == "enumerate":
+        return any(_ast_micro_batches(a.value if type(a) is ast.Starred else a)
+                   for a in (*iterated.args, *(k.value for k in iterated.keywords)))
+    return name == "range" or name.rsplit(".", 1)[-1] in ("chunk", "split")
 
 
 def _backpropagated(call: cst.Call) -> cst.BaseExpression | None:

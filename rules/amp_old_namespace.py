@@ -88,7 +88,8 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.syntax import dotted_name, positional_args
+from torchlint.analysis.compat import ast_surely_in_fallback
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, positional_args
 from torchlint.fixes import as_keyword, import_reference, insert_arg, keyword_argument
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._amp import amp_migration, amp_replacement, old_last_parts
@@ -98,6 +99,29 @@ from torchlint.rules._amp import amp_migration, amp_replacement, old_last_parts
 # by identity) are left alone.
 REFERENCE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return)
 TYPE_CHECKS = frozenset({"isinstance", "issubclass"})
+
+
+def _ast_reported_places(index: SyntaxIndex) -> tuple[set[int], set[int], set[int]]:
+    """The precheck twin of where the walk reports an old spelling: the ids of the expressions
+    that are called (``visit_Call``), bare decorators (``visit_Decorator``), and references in
+    ``REFERENCE_PARENTS`` (an argument other than one of ``isinstance``/``issubclass``, a class's
+    base, an assigned or returned value, a part of a conditional expression: ``_reference``)."""
+    def compute() -> tuple[set[int], set[int], set[int]]:
+        called, decorators, references = set(), set(), set()
+        for call in index.nodes(ast.Call):
+            called.add(id(call.func))
+            if ast_dotted_name(call.func) not in TYPE_CHECKS:
+                arguments = [arg.value if type(arg) is ast.Starred else arg for arg in call.args]
+                references.update(id(arg) for arg in (*arguments, *(k.value for k in call.keywords)))
+        for definition in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            decorators.update(id(d) for d in definition.decorator_list if type(d) is not ast.Call)
+        for definition in index.nodes(ast.ClassDef):
+            bases = [base.value if type(base) is ast.Starred else base for base in definition.bases]
+            references.update(id(base) for base in (*bases, *(k.value for k in definition.keywords)))
+        references.update(id(node.value) for node in index.nodes(ast.Assign, ast.AnnAssign, ast.Return))
+        references.update(id(part) for node in index.nodes(ast.IfExp) for part in (node.test, node.body, node.orelse))
+        return called, decorators, references
+    return index.memo("amp-reported-places", compute)
 
 
 class AmpOldNamespace(Rule):
@@ -111,12 +135,18 @@ class AmpOldNamespace(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a name or attribute that the imports make an old spelling (every finding is one)
+        # a name or attribute that the imports make an old spelling (every finding is one), where
+        # the walk reports it: called, a decorator, or a reference about to be called
         last = index.names(old_last_parts())
-        return any(amp_migration(name) is not None
-                   for node in (*(n for n in index.nodes(ast.Attribute) if n.attr in last),
-                                *(n for n in index.nodes(ast.Name) if n.id in last))
-                   for name in index.qualified_names(node))
+        found = [(node, row) for node in (*(n for n in index.nodes(ast.Attribute) if n.attr in last),
+                                          *(n for n in index.nodes(ast.Name) if n.id in last))
+                 for name in index.qualified_names(node) if (row := amp_migration(name)) is not None]
+        if not found:
+            return False
+        called, decorators, references = _ast_reported_places(index)
+        reported = [node for node, row in found if id(node) in called or id(node) in references
+                    or id(node) in decorators and row.get("bare_decorator")]
+        return any(not ast_surely_in_fallback(index, node) for node in reported)  # as _migration asks
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -57,9 +57,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torchlint.analysis.syntax import (ast_callee, ast_find_keyword, ast_is_literal, dotted_name, find_argument,
-                                       has_star_args, is_literal, names_in, string_value)
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
+                                       is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
+from torchlint.analysis.index import span
 from torchlint.rule import Rule, SyntaxIndex
 
 # layer -> (dimension, positional index of `bias`)
@@ -85,6 +86,80 @@ def _may_keep_bias(call: ast.Call, position: int) -> bool:
     if any(isinstance(arg, ast.Starred) for arg in call.args[:position + 1]):
         return True  # `*args` may hold it
     return not (len(call.args) > position and ast_is_literal(call.args[position], False))
+
+
+def _ast_self_attribute(expr: ast.AST) -> str | None:
+    """The twin of ``_self_attribute``: ``conv`` for ``self.conv``."""
+    if type(expr) is ast.Attribute and type(expr.value) is ast.Name and expr.value.id == "self":
+        return expr.attr
+    return None
+
+
+def _ast_class_pair(index: SyntaxIndex, biased: set[int], norms: set[int]) -> bool:
+    """May ``leave_ClassDef`` find a pair: in one class (its nested classes apart, as the walk's
+    stack of ``_ClassLayers`` keeps them), a norm assigned to ``self.n`` called on the output of a
+    layer that keeps its bias, assigned to ``self.l`` and called once there?"""
+    classes = sorted((span(node) for node in index.nodes(ast.ClassDef)), reverse=True)
+    if not classes:
+        return False
+
+    def owner(node: ast.AST) -> tuple[int, int] | None:  # the innermost class around the node (by lines)
+        return next((lines for lines in classes if lines[0] <= node.lineno <= lines[1]), None)
+
+    layers: dict[tuple[tuple[int, int] | None, str], set[str]] = {}
+    for node in index.nodes(ast.Assign):
+        attribute = _ast_self_attribute(node.targets[0]) if len(node.targets) == 1 else None
+        kind = "biased" if id(node.value) in biased else "norm" if id(node.value) in norms else None
+        if attribute is not None and kind is not None:
+            layers.setdefault((owner(node), kind), set()).add(attribute)
+
+    def called_once(layer: str, where: tuple[int, int]) -> bool:
+        return layer in layers.get((where, "biased"), ()) and sum(
+            _ast_self_attribute(call.func) == layer and owner(call) == where for call in index.calls(layer)) == 1
+
+    for (where, kind), names in layers.items():
+        if where is None or kind != "norm" or not layers.get((where, "biased")):
+            continue
+        for call in index.calls(*names):
+            arguments = [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
+            if _ast_self_attribute(call.func) not in names or len(arguments) != 1 or owner(call) != where:
+                continue
+            value = arguments[0]
+            if type(value) is ast.Call and called_once(_ast_self_attribute(value.func), where):
+                return True  # self.bn(self.conv(x))
+            if type(value) is ast.Name and any(called_once(layer, where)
+                                               for layer in _ast_assigned_before(index, call, value.id)):
+                return True  # x = self.conv(x); x = self.bn(x)
+    return False
+
+
+def _ast_assigned_before(index: SyntaxIndex, call: ast.Call, variable: str) -> list[str]:
+    """The twin of ``_assigned_just_before``, loosely: the layers ``variable = self.layer(...)``
+    assigns in the statement before the line that holds the call, in its block (that line's own
+    statements, joined by ``;``, count too: a precheck may not tell them apart)."""
+    found = []
+    for block in index.blocks():
+        statement = next((i for i, node in enumerate(block) if span(node)[0] <= call.lineno <= node.end_lineno), None)
+        if statement is None:
+            continue
+        first = statement
+        while first > 0 and b";" in _between(index, block[first - 1], block[first]):
+            first -= 1  # a `;` between two statements is (or is in a comment) on one line
+        for previous in block[max(first - 1, 0):statement]:
+            if type(previous) is ast.Assign and len(previous.targets) == 1 and type(previous.targets[0]) is ast.Name \
+                    and previous.targets[0].id == variable and type(previous.value) is ast.Call \
+                    and _ast_self_attribute(previous.value.func) is not None:
+                found.append(_ast_self_attribute(previous.value.func))
+    return found
+
+
+def _between(index: SyntaxIndex, before: ast.AST, after: ast.AST) -> bytes:
+    """The source between the end of one node and the start of the next (CPython's columns count
+    bytes)."""
+    lines = [line.encode() for line in index.source_lines[before.end_lineno - 1:after.lineno]]
+    if len(lines) == 1:
+        return lines[0][before.end_col_offset:after.col_offset]
+    return b"\n".join([lines[0][before.end_col_offset:], *lines[1:-1], lines[-1][:after.col_offset]])
 
 
 @dataclass
@@ -130,31 +205,9 @@ class BiasBeforeNorm(Rule):
                            if isinstance(pair, ast.Tuple) and len(pair.elts) == 2]
             if any(id(layer) in biased and id(norm) in norms for layer, norm in zip(modules, modules[1:])):
                 return True
-        # the class path: `self.bn(self.conv(x))`, or `x = self.conv(x)` then `self.bn(x)`
-        layers: dict[str, set[str]] = {"biased": set(), "norm": set()}
-        for node in index.nodes(ast.Assign):
-            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
-                kind = "biased" if id(node.value) in biased else "norm" if id(node.value) in norms else None
-                if kind is not None:
-                    layers[kind].add(node.targets[0].attr)
-        norm_calls = [call for call in index.calls(*layers["norm"])
-                      if isinstance(call.func, ast.Attribute) and len(call.args) == 1]
-        if any(isinstance(call.args[0], ast.Call) and ast_callee(call.args[0]) in layers["biased"]
-               for call in norm_calls):
-            return True  # self.bn(self.conv(x))
-        norms = {id(call) for call in norm_calls if isinstance(call.args[0], ast.Name)}
-        if not norms:
-            return False
-        # x = self.conv(x) right before the statement that calls self.bn(x), in the same block
-        for block in index.blocks():
-            for previous, statement in zip(block, block[1:]):
-                if isinstance(previous, ast.Assign) and len(previous.targets) == 1 \
-                        and isinstance(previous.targets[0], ast.Name) and isinstance(previous.value, ast.Call) \
-                        and ast_callee(previous.value) in layers["biased"] \
-                        and any(id(node) in norms and node.args[0].id == previous.targets[0].id
-                                for node in ast.walk(statement)):
-                    return True
-        return False
+        # the class path, one class at a time: `self.bn(self.conv(x))`, or `x = self.conv(x)` then
+        # `self.bn(x)`, with `self.conv` called once in the class
+        return _ast_class_pair(index, biased, norms)
 
     def __init__(self, ctx):
         super().__init__(ctx)

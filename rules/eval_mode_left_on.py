@@ -82,6 +82,7 @@ modes (no dropout, no batch norm, no instance norm that tracks running statistic
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -90,9 +91,11 @@ import libcst as cst
 
 from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines, is_backward_call, is_eval_call,
-                                      with_item_disables_grad)
-from torchlint.analysis.syntax import dotted_name, find_keyword, function_parameters, is_literal, method_call
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import (AST_FUNCTIONS, AST_LOOPS, BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
+                                      is_backward_call, is_eval_call, with_item_disables_grad)
+from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_keyword,
+                                       function_parameters, is_literal, method_call)
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -152,9 +155,24 @@ class EvalModeLeftOn(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a loop, an eval() and a backward somewhere (in a helper of the file, they count)
-        return any(ast_loop_lines(index)) and bool(index.calls("eval", "train")) \
-            and bool(index.calls(*BACKWARD_CALLEES))
+        # a loop whose iteration may reach a backward and, at or after it, an eval(): each in the
+        # loop itself or in a function of the file it calls (found by name, as `_events` follows
+        # them, through helpers of helpers)
+        if not any(ast_loop_lines(index)):
+            return False
+        evals = [call for call in index.calls("eval", "train")
+                 if _ast_may_put_in_eval(call) and not _ast_surely_restored(index, call)]
+        backwards = index.calls(*BACKWARD_CALLEES)
+        if not evals or not backwards:
+            return False
+        evals, backwards = _ast_reaching(index, evals), _ast_reaching(index, backwards)
+        for loop in index.nodes(*AST_LOOPS):
+            first = min(((call.lineno, call.col_offset) for call in backwards if ast_contains(loop, call)),
+                        default=None)
+            if first is not None and any(ast_contains(loop, call) and (call.lineno, call.col_offset) >= first
+                                         for call in evals):
+                return True
+        return False
 
     def visit_For(self, node: cst.CSTNode) -> None:
         if type(node.body) is cst.SimpleStatementSuite:
@@ -374,6 +392,60 @@ class EvalModeLeftOn(Rule):
         lines = "".join(f"{indent}{restore}\n" for restore in restores)
         return self.fix(f"Call {' and '.join(f'`{r}`' for r in restores)} at the top of the loop",
                         self.insert_lines_before(first, lines))
+
+
+def _ast_may_put_in_eval(call: ast.Call) -> bool:
+    """May ``_mode`` read the call as "eval": ``m.eval()``, or ``m.train(...)`` given an argument?"""
+    func = call.func
+    return type(func) is ast.Attribute and (func.attr == "eval" and not call.args and not call.keywords
+                                            or func.attr == "train" and bool(call.args or call.keywords))
+
+
+def _ast_surely_restored(index: SyntaxIndex, evaluation: ast.Call) -> bool:
+    """Does a ``.train()`` surely follow the eval in every walk of ``_events`` that meets it, so that
+    ``_left_on`` answers no: later in the same function (in no function, lambda or class defined
+    there), inside every loop of it that holds the eval, of the same model or one that contains it
+    or is part of it (the names as written: a helper maps both the same way)?"""
+    scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+    def owner(node: ast.AST) -> ast.AST | None:
+        return max((scope for scope in scopes if ast_contains(scope, node)),
+                   key=lambda scope: (scope.lineno, scope.col_offset), default=None)
+
+    evaluated = ast_dotted_name(evaluation.func.value)
+    if evaluated is None:
+        return True  # the event has no receiver, and only one with a receiver is reported
+    where = owner(evaluation)
+    nested = [span(scope) for scope in scopes if scope is not where and (where is None or ast_contains(where, scope))]
+    loops = [loop for loop in index.nodes(*AST_LOOPS) if ast_contains(loop, evaluation)
+             and (where is None or ast_contains(where, loop))]
+    after = (evaluation.lineno, evaluation.col_offset)
+    for train in index.calls("train"):
+        if not (type(train.func) is ast.Attribute and train.func.attr == "train" and not train.args
+                and not train.keywords and (train.lineno, train.col_offset) > after):
+            continue
+        trained = ast_dotted_name(train.func.value)
+        if (trained is None or trained == evaluated or evaluated.startswith(trained + ".")
+                or trained.startswith(evaluated + ".")) and owner(train) is where \
+                and not any(first <= train.lineno <= last for first, last in nested) \
+                and all(ast_contains(loop, train) for loop in loops):
+            return True
+    return False
+
+
+def _ast_reaching(index: SyntaxIndex, calls: list[ast.Call]) -> list[ast.Call]:
+    """The calls, and every call of a function of the file (by the name ``function_of_call`` reads)
+    whose lines hold one of them, or a call of such a function, and so on: where ``_events`` may
+    meet them."""
+    functions = index.nodes(*AST_FUNCTIONS)
+    found, names, frontier = list(calls), set(), calls
+    while frontier:
+        new = {function.name for function in functions if function.name not in names
+               and any(span(function)[0] <= call.lineno <= function.end_lineno for call in frontier)}
+        names |= new
+        frontier = [call for call in index.calls(*new) if ast_callee(call) in new] if new else []
+        found += frontier
+    return found
 
 
 def _on_last_iteration(loop: cst.CSTNode) -> set[int]:

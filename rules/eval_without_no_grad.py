@@ -79,9 +79,11 @@ import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
-from torchlint.analysis.loops import (AST_FUNCTIONS, EVAL_FUNCTION, MODEL_BUILDER, MODEL_NAME, ast_loop_lines, decorator_disables_grad,
-                                     with_item_disables_grad)
-from torchlint.analysis.syntax import ast_dotted_name, ast_is_literal, dotted_name
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import (AST_FUNCTIONS, AST_LOOPS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
+                                      MODEL_NAME, ast_loop_lines, ast_surely_grad_disabled, decorator_disables_grad,
+                                      with_item_disables_grad)
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, ast_is_literal, dotted_name
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -100,6 +102,31 @@ EVAL_RECEIVER = re.compile(r"([\w.]+)\.eval\(\)")
 def eval_receivers(code: str) -> set[str]:
     """What ``code`` calls ``.eval()`` on (the regex only where ``.eval()`` is written: it scans slowly)."""
     return set(EVAL_RECEIVER.findall(code)) if ".eval()" in code else set()
+
+
+def _ast_method_of_other(func: ast.AST) -> bool:
+    """The twin of ``EvalWithoutNoGrad._method_of_other`` on CPython's tree."""
+    return type(func) is ast.Attribute and type(func.value) is ast.Name \
+        and func.value.id not in ("self", "cls") and not MODEL_NAME.search(func.value.id)
+
+
+def _ast_in_training_loop(index: SyntaxIndex, call: ast.Call) -> bool:
+    """Is the call surely where ``Loops.evaluation_loop`` finds no loop: in no loop of its function,
+    or in one (the innermost) whose own code calls ``.backward(...)`` (outside the functions and
+    lambdas defined in it, by lines: a precheck may miss one, not invent one)?"""
+    scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    owner = max((scope for scope in scopes if ast_contains(scope, call)),
+                key=lambda scope: (scope.lineno, scope.col_offset), default=None)
+    loops = [loop for loop in index.nodes(*AST_LOOPS) if ast_contains(loop, call)
+             and (owner is None or ast_contains(owner, loop))]
+    if not loops:
+        return True
+    loop = max(loops, key=lambda node: (node.lineno, node.col_offset))
+    nested = [span(scope) for scope in scopes if ast_contains(loop, scope)]
+    return any(type(backward.func) is ast.Attribute and backward.func.attr in BACKWARD_CALLEES
+               and ast_contains(loop, backward) and not any(first <= backward.lineno <= last for first, last in nested)
+               for backward in index.calls(*BACKWARD_CALLEES))
+
 
 class EvalWithoutNoGrad(Rule):
     code = "TL103"
@@ -133,6 +160,8 @@ class EvalWithoutNoGrad(Rule):
         loops = ast_loop_lines(index)
         calls = [call for call in index.nodes(ast.Call) if loops[call.lineno]
                  and (evaluating[call.lineno] or module_level and not inside[call.lineno])]
+        calls = [call for call in calls if not _ast_in_training_loop(index, call)
+                 and not ast_surely_grad_disabled(index, call)]
         if not calls:
             return False
         receivers = eval_receivers(index.source)
@@ -142,8 +171,11 @@ class EvalWithoutNoGrad(Rule):
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
             name = ast_dotted_name(func)
-            if name not in (None, "self") and (MODEL_NAME.search(name.rsplit(".", 1)[-1]) or name in receivers
-                                                or name in module_holders):
+            if name in (None, "self"):
+                continue
+            last = name.rsplit(".", 1)[-1]
+            if MODEL_NAME.search(last) and not MODEL_BUILDER.match(last) and not _ast_method_of_other(func) \
+                    or name in receivers or name in module_holders:
                 return True
         return any((summary := ast_call_summary(index, call)) is not None and summary.forwards_with_grad
                    for call in calls)

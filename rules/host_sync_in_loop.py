@@ -78,6 +78,7 @@ fire on most scripts. Enable it (`--extend-select TL802`) when tuning a loop's t
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -90,15 +91,9 @@ from torchlint.analysis.summaries import PARAMETER, TENSOR
 from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._host_sync import (CONVERSIONS, ENVIRONMENT, LOG_METHODS, SYNC_METHODS, TENSOR_LOGGERS,
+                                        ast_may_sync_in_loops, ast_may_sync_in_training_step)
 
-SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
-LOG_METHODS = frozenset({"log", "log_dict"})
-# Turning a tensor into a Python number or text reads it on the host.
-CONVERSIONS = frozenset({"float", "int", "bool", "math.isnan", "math.isinf", "math.isfinite"})
-# Loggers that take a tensor and read it on the host (TensorBoard, Weights & Biases).
-TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
-# Where an environment is stepped: the action it needs must come to the host every step.
-ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
 ADVICE = "every N steps (`if step % N == 0:`)"
 # A function that runs one training step (called from the loop of another function or file)
 STEP_FUNCTION = re.compile(r"(^|_)(optimi[sz]e_parameters|train_step|training_step|train_batch|train_on_batch|"
@@ -126,12 +121,20 @@ class HostSyncInLoop(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a training loop, Lightning's training_step, or a step function (`optimize_parameters`)
-        if any(ast_training_loop_lines(index)):
+        # what `_step` finds: a training loop in a script that names CUDA, a step function
+        # (`optimize_parameters`) that calls backward, or Lightning's training_step, where the step
+        # computes no tensors this rule follows: there only an explicit read, or a helper's sync
+        # that needs none of them, is reported
+        # (CUDA named in the text, comments too: the code's text costs a tokenization to find)
+        if any(ast_training_loop_lines(index)) and mentions_cuda(index.source) and ast_may_sync_in_loops(index):
             return True
+        functions = index.nodes(*AST_FUNCTIONS)
         backward = index.lines(index.calls(*BACKWARD_CALLEES))
-        return any(f.name == "training_step" or STEP_FUNCTION.search(f.name) and any(backward[f.lineno:f.end_lineno + 1])
-                   for f in index.nodes(*AST_FUNCTIONS))
+        if any(f.name != "training_step" and STEP_FUNCTION.search(f.name) and any(backward[f.lineno:f.end_lineno + 1])
+               for f in functions):
+            return True
+        steps = index.lines(f for f in functions if f.name == "training_step")
+        return any(steps[call.lineno] and ast_may_sync_in_training_step(index, call) for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis.steps import ast_steps_in_training_loops, clears_gradients, stepped_optimizer
+from torchlint.analysis.steps import (ast_clears_gradients_directly, ast_training_steps, clears_gradients,
+                                     stepped_optimizer)
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import assigned_in, innermost_training_loop
 
@@ -73,7 +74,10 @@ class MissingZeroGrad(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_steps_in_training_loops(index)
+        # a step in a loop that calls backward and clears no gradients itself (`zero_grad()` in it,
+        # or in a loop around it, tells the walk that they are cleared)
+        return any(not ast_clears_gradients_directly(index, loop)
+                   for _, loops in ast_training_steps(index) for loop in loops)
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = stepped_optimizer(node, self.ctx.bindings)

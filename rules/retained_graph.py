@@ -63,9 +63,9 @@ import ast
 import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
-from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.loops import ast_backpropagated_names, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER
-from torchlint.analysis.syntax import dotted_name, root_names, target_names
+from torchlint.analysis.syntax import ast_root_names, dotted_name, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -92,6 +92,45 @@ def graph_names(expr: cst.BaseExpression) -> set[str]:
     if isinstance(expr, cst.Subscript):
         return graph_names(expr.value)
     return set()
+
+
+def ast_graph_names(expr: ast.AST) -> set[str]:
+    """The twin of ``graph_names`` on CPython's tree."""
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr not in DETACHING_METHODS:
+            return ast_graph_names(expr.func.value)
+        return set()
+    if isinstance(expr, ast.Attribute):
+        return set() if expr.attr in DETACHING_METHODS else ast_graph_names(expr.value)
+    if isinstance(expr, ast.BinOp):
+        return ast_graph_names(expr.left) | ast_graph_names(expr.right)
+    if isinstance(expr, ast.UnaryOp):
+        return ast_graph_names(expr.operand)
+    if isinstance(expr, ast.Subscript):
+        return ast_graph_names(expr.value)
+    return set()
+
+
+def _ast_kept(index: SyntaxIndex) -> list[tuple[ast.AST, ast.AST, ast.AST]]:
+    """The precheck twin of what ``visit_Call``, ``visit_AugAssign`` and ``visit_Assign`` give
+    ``_check``: (statement or call, container, value) for ``c.append(v)``, ``c += v``, ``c -= v``
+    and ``c = c + v`` (or ``v + c``)."""
+    kept = [(call, call.func.value, call.args[0]) for call in index.calls("append")
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "append" and len(call.args) == 1
+            and not call.keywords and not isinstance(call.args[0], ast.Starred)]
+    kept += [(node, node.target, node.value) for node in index.nodes(ast.AugAssign)
+             if isinstance(node.op, (ast.Add, ast.Sub))]
+    for node in index.nodes(ast.Assign):
+        value = node.value
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.BinOp) \
+                and isinstance(value.op, ast.Add):
+            for own, other in ((value.left, value.right), (value.right, value.left)):
+                if isinstance(own, ast.Name) and own.id == node.targets[0].id:
+                    kept.append((node, node.targets[0], other))
+                    break
+    return kept
 
 
 def is_detached(expr: cst.BaseExpression) -> bool:
@@ -148,20 +187,22 @@ class RetainedGraph(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # an append, `+=`/`-=` or `total = total + ...` in a loop that calls backward
+        # an append, `+=`/`-=` or `total = total + ...` in a loop that calls backward, keeping a
+        # value that holds the graph of a name some backward backpropagates
         training = ast_training_loop_lines(index)
         if not any(training):
             return False
-        kept = [call for call in index.calls("append") if len(call.args) == 1 and not call.keywords]
-        kept += [node for node in index.nodes(ast.AugAssign) if isinstance(node.op, (ast.Add, ast.Sub))]
-        kept += [node for node in index.nodes(ast.Assign) if isinstance(node.value, ast.BinOp)
-                 and isinstance(node.value.op, ast.Add)]
-        if any(training[node.lineno] for node in kept):
+        backpropagated = ast_backpropagated_names(index)
+        if any(training[node.lineno] and ast_root_names(container) and ast_graph_names(value) & backpropagated
+               for node, container, value in _ast_kept(index)):
             return True
-        # a helper called in the loop keeps its argument (`meter.update(loss)`)
+        # a helper called in the loop keeps an argument that holds such a graph (`meter.update(loss)`)
         if not (ast_project_mentions(index, "append") or ast_project_mentions(index, "+=")):
             return False
-        return any(training[call.lineno] and (summary := ast_call_summary(index, call)) is not None
+        return any(training[call.lineno] and any(
+                       ast_graph_names(argument) & backpropagated
+                       for argument in (*call.args, *(keyword.value for keyword in call.keywords if keyword.arg)))
+                   and (summary := ast_call_summary(index, call)) is not None
                    and any(keep.with_graph for keep in summary.keeps) for call in index.nodes(ast.Call))
 
     def __init__(self, ctx):

@@ -55,15 +55,32 @@ discriminator step before its generator's backward is in order).
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from torchlint.analysis.loops import is_backward_call
-from torchlint.analysis.steps import ast_steps_in_training_loops, optimizer_like, stepped_optimizer
+from torchlint.analysis.index import span
+from torchlint.analysis.loops import BACKWARD_CALLEES, is_backward_call
+from torchlint.analysis.steps import ast_training_steps, optimizer_like, stepped_optimizer
+from torchlint.analysis.syntax import ast_contains
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import innermost_training_loop
 
 CONDITIONS = (cst.If, cst.IfExp, cst.Try, cst.TryStar, cst.BooleanOperation, cst.Match)
+AST_CONDITIONS = (ast.If, ast.IfExp, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.BoolOp,
+                  ast.Match)
+
+
+def _ast_backward_of_body(call: ast.Call, loop: ast.AST, scopes: list[ast.AST]) -> bool:
+    """Is the call surely one that ``_backwards_around`` collects: a ``.backward(...)`` or
+    ``.manual_backward(...)`` in a statement of the loop's body, not in a function, lambda or class
+    defined there (by lines, decorators included: a precheck may miss one, not invent one)?"""
+    if not (type(call.func) is ast.Attribute and call.func.attr in BACKWARD_CALLEES):
+        return False
+    if not any(ast_contains(statement, call) for statement in loop.body):
+        return False
+    return not any(span(scope)[0] <= call.lineno <= span(scope)[1] and ast_contains(loop, scope) for scope in scopes)
 
 
 class StepBeforeBackward(Rule):
@@ -76,7 +93,26 @@ class StepBeforeBackward(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return ast_steps_in_training_loops(index)
+        # a step in a loop that calls backward after it, under no condition inside that loop, and
+        # with no `.backward()` of the loop's own before it
+        steps = ast_training_steps(index)
+        if not steps:
+            return False
+        backwards = index.calls(*BACKWARD_CALLEES)
+        conditions = index.nodes(*AST_CONDITIONS)
+        scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        for step, loops in steps:
+            start = (step.lineno, step.col_offset)
+            for loop in loops:
+                if any(ast_contains(node, step) and ast_contains(loop, node) for node in conditions):
+                    continue
+                inside = [call for call in backwards if ast_contains(loop, call)]
+                if not any((call.lineno, call.col_offset) >= start for call in inside):
+                    continue
+                if not any((call.lineno, call.col_offset) < start and _ast_backward_of_body(call, loop, scopes)
+                           for call in inside):
+                    return True
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         optimizer = stepped_optimizer(node, self.ctx.bindings)

@@ -96,6 +96,40 @@ def prechecked(source: str) -> set[str]:
     ("import torch.nn.functional as F\nfrom torch import nn\nnet = nn.Sequential(nn.Linear(2, 2), nn.Sigmoid())\n"
      "loss = F.binary_cross_entropy_with_logits(net(x), y)\n",
      "TL408"),
+    # an old AMP spelling where the walk reports it: called, a bare decorator, a reference passed,
+    # assigned, returned, a class's base, a branch of a conditional expression
+    ("import torch\nf = partial(torch.cuda.amp.autocast, dtype=d)\n", "TL701"),
+    ("from torch.cuda.amp import custom_fwd\n@custom_fwd\ndef f(): pass\n", "TL701"),
+    ("import torch\nctx = torch.cuda.amp.autocast if amp else nullcontext\n", "TL701"),
+    ("import torch\nclass S(torch.cuda.amp.GradScaler): pass\n", "TL701"),
+    ("import torch\ntry:\n    pass\nexcept* ImportError:\n    s = torch.cuda.amp.GradScaler()\n", "TL701"),
+    # a graph kept in a training loop, of a name that a backward backpropagates
+    ("for b in d:\n    total = total + loss * 2\n    scaler.scale(loss).backward()\n", "TL101"),
+    # a step before the backward; no zero_grad; a step under a remainder test, a backward outside it
+    ("for b in d:\n    optimizer.step()\n    loss.backward()\n", "TL807"),
+    ("for b in d:\n    loss.backward()\n    optimizer.step()\n", "TL804"),
+    ("for i, b in enumerate(d):\n    loss.backward()\n    if (i + 1) % k == 0:\n        opt.step()\n"
+     "        opt.zero_grad()\n", "TL805"),
+    ("for b in d:\n    for c in b.chunk(4):\n        loss.backward()\n    opt.step()\n    opt.zero_grad()\n",
+     "TL805"),
+    # a layer and its norm chained in one class, by a keyword argument
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        return self.bn(input=x)\n", "TL401"),
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        y = 1; x = self.bn(x)\n        return y\n", "TL401"),  # the line before, `;` on the norm's line
+    # a model in an evaluation loop; torch.no_grad imported in a function only (Imports may not see it)
+    ("def validate(model, loader):\n    for b in loader:\n        model(b)\n", "TL103"),
+    ("def validate(model, loader):\n    import torch\n    for b in loader:\n        with torch.no_grad():\n"
+     "            model(b)\n", "TL103"),
+    # a Lightning training_step with an explicit read; a loop in a script that names CUDA
+    ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
+     "TL802"),
+    ("for b in d:\n    loss.backward()\n    total += loss.item()\nx = x.cuda()\n", "TL802"),
+    ("for b in d:\n    loss = f(b.cuda())\n    loss.backward()\n    print(f'{loss:.3f}')\n", "TL802"),
+    # an eval() after the backward of an iteration, through a helper of the file
+    ("def val(m):\n    m.eval()\nfor e in range(3):\n    loss.backward()\n    val(model)\n", "TL806"),
 ])
 def test_precheck_passes_the_shape(source, code):
     assert code in prechecked(source)
@@ -106,8 +140,39 @@ def test_precheck_passes_the_shape(source, code):
     ("import torch\na = torch.arange(3)\nt = torch.tensor(a)\n", "TL204"),  # torch's arange, not NumPy's
     ("m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())\n", "TL401"),  # no norm at all
     ("for b in d:\n    losses.append(loss)\n", "TL101"),  # no backward in the loop
+    ("for b in d:\n    n += y.size(0)\n    t += loss.item()\n    loss.backward()\n", "TL101"),  # no graph kept
+    ("for b in d:\n    envs.step(a)\n    loss.backward()\n", "TL807"),  # an environment, not an optimizer
+    ("for b in d:\n    loss.backward()\n    total += loss.item()\n", "TL802"),  # a script that never names CUDA
+    ("for i, b in enumerate(d):\n    loss.backward()\n    if i % 100 == 0:\n        print(loss.item())\n"
+     "x = x.cuda()\n", "TL802"),  # every 100 steps
+    ("for b in d:\n    actions = q(b.cuda()).argmax(1).cpu().numpy()\n    envs.step(actions)\n    loss.backward()\n",
+     "TL802"),  # an environment needs the actions on the host
+    ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch)\n",
+     "TL802"),  # no read, no helper of the project known to sync
+    ("def val(m):\n    m.eval()\nfor e in range(3):\n    val(model)\n    loss.backward()\n", "TL806"),  # eval first
+    ("def sample(m):\n    m.eval()\n    z = m(x)\n    m.train()\n    return z\nfor e in range(3):\n"
+     "    loss.backward()\n    sample(model)\n", "TL806"),  # put back in training mode
+    ("for b in d:\n    loss_d.backward()\n    opt_d.step()\n    loss_g.backward()\n    opt_g.step()\n",
+     "TL807"),  # each step after a backward of the loop
+    ("for b in d:\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n", "TL804"),  # cleared
+    ("for i, b in enumerate(d):\n    if i % k == 0:\n        loss.backward()\n        opt.step()\n", "TL805"),
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "    def forward(self, x):\n        return self.bn(self.conv(x))\nclass B(nn.Module):\n"
+     "    def __init__(self):\n        self.bn = nn.BatchNorm2d(2)\n", "TL401"),  # the norm is another class's
+    ("import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self):\n        self.conv = nn.Conv2d(1, 2, 3)\n"
+     "        self.bn = nn.BatchNorm2d(2)\n    def forward(self, x):\n        x = self.conv(x)\n"
+     "        x = self.act(x)\n        return self.bn(x)\n", "TL401"),  # not the statement just before
+    ("from x import writer\ndef validate(loader):\n    for b in loader:\n        writer.generator(b)\n", "TL103"),
+    ("import torch\ndef validate(model, loader):\n    for b in loader:\n        with torch.no_grad():\n"
+     "            model(b)\n", "TL103"),  # grad is off
+    ("def train(model, loader):\n    ema.eval()\n    for b in loader:\n        model(b).backward()\n",
+     "TL103"),  # the loop trains
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
+    ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called
+    ("import torch\nok = isinstance(s, torch.cuda.amp.GradScaler)\n", "TL701"),  # a type check
+    ("import torch\ns = torch.amp.GradScaler('cuda') if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()\n",
+     "TL701"),  # the fallback for older torch
     ("x = torch.zeros(3).to(device=device, dtype=dtype)\n", "TL201"),  # `dtype` is not known to be one
     ("w = weight.to('cpu')\nw = w.float()\n", "TL202"),  # never moved back
     ("t = torch.tensor([1, 2])\n", "TL204"),  # a list, not an array

@@ -4,12 +4,14 @@ newer spelling removes the support it is there for."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.syntax import dotted_name, ends_in_exit, names_in
+from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, ends_in_exit, names_in
 
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 COMPATIBILITY_ERRORS = IMPORT_ERRORS | {"AttributeError", "TypeError", "NameError"}
@@ -34,6 +36,31 @@ def catches_import_error(node: cst.Try) -> bool:
     ``ModuleNotFoundError``, ``Exception``)."""
     return any(handler.type is None or any(name in IMPORT_ERRORS for name in _caught_names(handler))
                for handler in node.handlers)
+
+
+_TRY_STAR = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+
+
+def ast_surely_in_fallback(index: SyntaxIndex, node: ast.AST) -> bool:
+    """Is ``Compatibility.in_fallback`` surely True at the node: in an ``except`` handler that
+    catches what a missing name raises, or in a branch (not the test) of an ``if`` or conditional
+    expression whose test is written as a version test (``_TORCH_GREATER_EQUAL_2_4``,
+    ``hasattr(...)``)? Flags computed elsewhere and code after an ``if`` that returns are not
+    looked at: a precheck may miss a fallback, not invent one."""
+    # the handlers of `except*` are no ExceptHandler in LibCST
+    starred = {id(handler) for node in index.nodes(*_TRY_STAR) for handler in node.handlers}
+    for handler in index.nodes(ast.ExceptHandler):
+        if id(handler) not in starred and ast_contains(handler, node) and (handler.type is None or any(
+                (ast_dotted_name(caught) or "").rsplit(".", 1)[-1] in COMPATIBILITY_ERRORS
+                for caught in (handler.type.elts if type(handler.type) is ast.Tuple else [handler.type]))):
+            return True
+    for branch in index.nodes(ast.If, ast.IfExp):
+        parts = [branch.body, branch.orelse] if type(branch) is ast.IfExp else [*branch.body, *branch.orelse]
+        if any(ast_contains(part, node) for part in parts) and (
+                VERSION_TEST.search(ast.get_source_segment(index.source, branch.test) or "")
+                or any(type(name) is ast.Name and VERSION_FLAG.match(name.id) for name in ast.walk(branch.test))):
+            return True
+    return False
 
 
 class Compatibility:

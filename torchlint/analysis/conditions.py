@@ -4,6 +4,7 @@ around a call to tell a per-step cost from a periodic or a final one."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 
 import libcst as cst
@@ -28,6 +29,14 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
     finder = _RemainderFinder()
     visit(test, finder)
     return finder.found
+
+
+def ast_is_periodic_test(test: ast.AST) -> bool:
+    """The twin of ``is_periodic_test`` on CPython's tree."""
+    return any(type(node) is ast.BinOp and type(node.op) is ast.Mod
+               and not (type(node.left) is ast.JoinedStr
+                        or type(node.left) is ast.Constant and isinstance(node.left.value, (str, bytes)))
+               for node in ast.walk(test))
 
 
 def is_last_iteration_test(test: cst.BaseExpression, loop: cst.CSTNode) -> bool:

@@ -17,6 +17,7 @@ answers (``loops.ast_training_loop_lines``, ``devices.ast_may_move``, ...), unde
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -177,6 +178,11 @@ class SyntaxIndex:
         return self.memo("code_words", compute)
 
     @property
+    def source_lines(self) -> list[str]:
+        """The source's lines as CPython numbers them: ``source_lines[node.lineno - 1]``."""
+        return self.memo("source_lines", lambda: re.split(r"\r\n|\r|\n", self.source))
+
+    @property
     def code(self) -> str:
         """The source without its comments and docstrings (syntax.code_text), as
         ``RuleContext.code`` reads it: for prechecks that decide from the presence of a word."""
@@ -233,6 +239,21 @@ class SyntaxIndex:
             return frozenset()
         head, dot, rest = name.partition(".")
         return frozenset(target + dot + rest for target in self.import_aliases.get(head, ()))
+
+    def surely_qualified_name(self, expr: ast.AST) -> str | None:
+        """The one name ``Bindings.qualified_name`` can give ``expr``: every import of the file
+        that binds its head agrees, and one of them is a statement of the module's body (which
+        ``Imports`` surely reads); else None. For a precheck that says no when a name is surely
+        one thing (``torch.no_grad``)."""
+        names = self.qualified_names(expr)
+        if len(names) != 1:
+            return None
+        head = ast_dotted_name(expr).partition(".")[0]
+        bound = (alias.asname or (alias.name.partition(".")[0] if type(statement) is ast.Import else alias.name)
+                 for statement in self.tree.body if type(statement) is ast.Import
+                 or type(statement) is ast.ImportFrom and not statement.level and statement.module
+                 for alias in statement.names)
+        return next(iter(names)) if head in bound else None
 
     def may_be_imported(self, func: ast.AST) -> bool:
         """Can ``func`` (``torch.profiler.profile``, ``profile``) name something an import brought,

@@ -19,7 +19,8 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex, span
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_literal, method_call, root_names
+from torchlint.analysis.syntax import (ast_contains, ast_dotted_name, ast_is_literal, ast_root_names, dotted_name,
+                                       is_literal, method_call, root_names)
 from torchlint.analysis.walk import flat, visit
 
 if TYPE_CHECKING:
@@ -112,6 +113,26 @@ def ast_training_loop_lines(index: SyntaxIndex) -> bytearray:
     return index.memo("training_loop_lines", compute)
 
 
+def ast_backpropagated_names(index: SyntaxIndex) -> frozenset[str]:
+    """The precheck twin of ``Loops.backpropagated_names``, for the whole file: every name that
+    some call of ``backward`` may backpropagate (what ``_BackwardFinder`` collects, and more: the
+    receiver and every argument of each such call, the scaled value of ``scaler.scale(...)``)."""
+    def compute() -> frozenset[str]:
+        names: set[str] = set()
+        for call in index.calls(*BACKWARD_CALLEES):
+            parts = [*call.args, *(keyword.value for keyword in call.keywords)]
+            if isinstance(call.func, ast.Attribute):
+                target = call.func.value
+                parts.append(target)
+                if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) \
+                        and target.func.attr == "scale":
+                    parts += [*target.args, *(keyword.value for keyword in target.keywords)]
+            for part in parts:
+                names |= ast_root_names(part.value if isinstance(part, ast.Starred) else part)
+        return frozenset(names)
+    return index.memo("backpropagated_names", compute)
+
+
 def ast_loop_lines(index: SyntaxIndex) -> bytearray:
     """Lines inside any loop."""
     return index.memo("loop_lines", lambda: index.lines(index.nodes(*AST_LOOPS)))
@@ -134,6 +155,23 @@ def decorator_disables_grad(decorator: cst.Decorator, bindings: Bindings) -> boo
     expr = decorator.decorator
     func = expr.func if type(expr) is cst.Call else expr
     return bindings.qualified_name(func) in NO_GRAD_CONTEXTS or grad_switch_off(expr, bindings) is True
+
+
+def ast_surely_grad_disabled(index: SyntaxIndex, node: ast.AST) -> bool:
+    """Is ``Loops.grad_disabled`` surely True at the node: inside a ``with`` whose item turns grad
+    off, or in the body of a function decorated so, by a name that only ``torch.no_grad`` (and the
+    like) can be? Statements that switch grad off for the rest of a block are not looked at: a
+    precheck may miss a disabled place, not invent one."""
+    def disables(expr: ast.AST, item: bool) -> bool:
+        name = index.surely_qualified_name(expr.func if type(expr) is ast.Call else expr)
+        if name in NO_GRAD_CONTEXTS:
+            return True
+        return item and name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") \
+            and type(expr) is ast.Call and bool(expr.args) and ast_is_literal(expr.args[0], False)
+    return any(ast_contains(with_, node) and any(disables(item.context_expr, True) for item in with_.items)
+               for with_ in index.nodes(ast.With, ast.AsyncWith)) \
+        or any(ast_contains(function, node) and any(disables(decorator, False) for decorator in function.decorator_list)
+               for function in index.nodes(*AST_FUNCTIONS))
 
 
 def grad_switch_off(node: cst.CSTNode, bindings: Bindings) -> bool | None:

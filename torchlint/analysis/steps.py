@@ -22,8 +22,8 @@ from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.conditions import is_periodic_test
-from torchlint.analysis.loops import LOOPS, ast_training_loop_lines, is_backward_call
-from torchlint.analysis.syntax import contains, dotted_name, positional_args
+from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, LOOPS, ast_training_loop_lines, is_backward_call
+from torchlint.analysis.syntax import ast_contains, ast_dotted_name, contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 
 OPTIMIZER_NAME = re.compile(r"optim|(^|_)opt($|_|[dg]$)", re.IGNORECASE)
@@ -55,6 +55,46 @@ def optimizer_like(expr: cst.BaseExpression, bindings: Bindings) -> str | None:
             if qualified.startswith("torch.optim.") and "lr_scheduler" not in qualified:
                 return name
     return name if OPTIMIZER_NAME.search(_last_part(name)) else None
+
+
+def ast_optimizer_like(index: SyntaxIndex, expr: ast.AST) -> bool:
+    """The precheck twin of ``optimizer_like``: may ``expr`` hold an optimizer? Named like one, or a
+    (dotted) name the file assigns a call that its imports may make ``torch.optim...``."""
+    while type(expr) is ast.Subscript:
+        expr = expr.value
+    name = ast_dotted_name(expr)
+    if name is None or NOT_OPTIMIZER.search(_last_part(name)):
+        return False
+    return bool(OPTIMIZER_NAME.search(_last_part(name))) or name in _ast_optimizers_built(index)
+
+
+def _ast_optimizers_built(index: SyntaxIndex) -> frozenset[str]:
+    """The (dotted) names that ``=``, an annotated ``=`` or ``:=`` binds to a call of what may be a
+    ``torch.optim`` class (not a scheduler): the values ``Bindings.values`` gives ``optimizer_like``."""
+    def compute() -> frozenset[str]:
+        found = set()
+        bound = [(target, node.value) for node in index.nodes(ast.Assign) for target in node.targets]
+        bound += [(node.target, node.value) for node in index.nodes(ast.AnnAssign, ast.NamedExpr)]
+        for target, value in bound:
+            if type(value) is ast.Call and any(name.startswith("torch.optim.") and "lr_scheduler" not in name
+                                               for name in index.qualified_names(value.func)):
+                name = ast_dotted_name(target)
+                if name is not None:
+                    found.add(name)
+        return frozenset(found)
+    return index.memo("optimizers_built", compute)
+
+
+def ast_stepped_optimizer(index: SyntaxIndex, call: ast.Call) -> bool:
+    """The precheck twin of ``stepped_optimizer``: may the call step an optimizer?"""
+    func = call.func
+    if type(func) is not ast.Attribute:
+        return False
+    positional = [arg for arg in call.args if type(arg) is not ast.Starred]
+    if func.attr == "step":
+        return ast_optimizer_like(index, func.value) or len(positional) == 1 \
+            and "scaler" in (ast_dotted_name(func.value) or "").lower() and ast_optimizer_like(index, positional[0])
+    return func.attr in STEP_FUNCTIONS and bool(positional) and ast_optimizer_like(index, positional[0])
 
 
 def stepped_optimizer(call: cst.Call, bindings: Bindings) -> str | None:
@@ -335,4 +375,39 @@ def ast_steps_in_training_loops(index: SyntaxIndex) -> bool:
     """May an optimizer step inside a loop that calls backward?"""
     training = ast_training_loop_lines(index)
     return any(training[call.lineno] for call in ast_optimizer_steps(index))
+
+
+def ast_training_steps(index: SyntaxIndex) -> list[tuple[ast.Call, tuple[ast.AST, ...]]]:
+    """The calls that may step an optimizer in a loop that calls backward, each with every loop
+    around it that holds a call of backward: the loop ``innermost_training_loop`` finds for the
+    step, when there is one, is among them."""
+    def compute() -> list[tuple[ast.Call, tuple[ast.AST, ...]]]:
+        training = ast_training_loop_lines(index)
+        steps = [call for call in ast_optimizer_steps(index)
+                 if training[call.lineno] and ast_stepped_optimizer(index, call)]
+        if not steps:
+            return []
+        backwards = index.calls(*BACKWARD_CALLEES)
+        loops = [loop for loop in index.nodes(*AST_LOOPS) if any(ast_contains(loop, call) for call in backwards)]
+        found = [(step, tuple(loop for loop in loops if ast_contains(loop, step))) for step in steps]
+        return [(step, around) for step, around in found if around]
+    return index.memo("training_steps", compute)
+
+
+def ast_clears_gradients_directly(index: SyntaxIndex, loop: ast.AST) -> bool:
+    """Does the loop hold a node that ``_clears_grad`` answers yes for (``x.zero_grad()``,
+    ``p.grad = None``, ``p.grad.zero_()``), so that ``clears_gradients`` surely does? Helpers and
+    closures, which it follows too, are not looked into: a precheck may miss a clear, not invent one."""
+    def compute() -> list[ast.AST]:
+        found: list[ast.AST] = []
+        for call in index.nodes(ast.Call):
+            func = call.func
+            name = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
+            if name in ("zero_grad", "_foreach_zero_") or name in ZEROING_METHODS and type(func) is ast.Attribute \
+                    and (ast_dotted_name(func.value) or "").endswith((".grad", ".grad.data")):
+                found.append(call)
+        found += [target for node in index.nodes(ast.Assign) for target in node.targets
+                  if (ast_dotted_name(target) or "").endswith(".grad")]
+        return found
+    return any(ast_contains(loop, node) for node in index.memo("gradient_clears", compute))
 

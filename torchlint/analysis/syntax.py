@@ -345,6 +345,13 @@ def contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
     return finder.found
 
 
+def ast_contains(tree: ast.AST, target: ast.AST) -> bool:
+    """The twin of ``contains`` on CPython's tree, by positions: ``target`` lies within ``tree``
+    (its decorators apart: ``tree.lineno`` is its ``def`` or ``class`` line), or is it."""
+    return (tree.lineno, tree.col_offset) <= (target.lineno, target.col_offset) \
+        and (target.end_lineno, target.end_col_offset) <= (tree.end_lineno, tree.end_col_offset)
+
+
 def ast_first_line(node: ast.AST) -> int:
     """The line a statement starts on, its decorators included (LibCST counts them as its children)."""
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
