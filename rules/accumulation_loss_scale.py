@@ -70,7 +70,7 @@ import libcst as cst
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
 from torchlint.analysis.conditions import ast_is_periodic_test
 from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES
-from torchlint.analysis.steps import Accumulation, accumulation, ast_training_steps
+from torchlint.analysis.steps import Accumulation, accumulation, ast_backwards_by_loop, ast_training_steps
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -109,7 +109,7 @@ class AccumulationLossScale(Rule):
                  and any(ast_contains(loop, call) for call in backwards)]
         for step, around in steps:
             for loop in around:
-                inside = [call for call in backwards if ast_contains(loop, call)]
+                inside = ast_backwards_by_loop(index).get(id(loop), [])
                 if any(ast_contains(guard, step) and ast_contains(loop, guard)
                        and any(not ast_contains(guard, call) for call in inside) for guard in guards):
                     return True

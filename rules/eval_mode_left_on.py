@@ -92,7 +92,7 @@ import libcst as cst
 from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.flow import argument_for, function_of_call
 from torchlint.analysis.index import span
-from torchlint.analysis.loops import (AST_FUNCTIONS, AST_LOOPS, BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
+from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
                                       is_backward_call, is_eval_call, with_item_disables_grad)
 from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_keyword,
                                        function_parameters, is_literal, method_call)
@@ -166,13 +166,13 @@ class EvalModeLeftOn(Rule):
         if not evals or not backwards:
             return False
         evals, backwards = _ast_reaching(index, evals), _ast_reaching(index, backwards)
-        for loop in index.nodes(*AST_LOOPS):
-            first = min(((call.lineno, call.col_offset) for call in backwards if ast_contains(loop, call)),
-                        default=None)
-            if first is not None and any(ast_contains(loop, call) and (call.lineno, call.col_offset) >= first
-                                         for call in evals):
-                return True
-        return False
+        first: dict[int, tuple[int, int]] = {}  # each loop around a backward -> where its first one is
+        for call in backwards:
+            where = (call.lineno, call.col_offset)
+            for loop in index.place(call).loops:
+                first[id(loop)] = min(first.get(id(loop), where), where)
+        return any(id(loop) in first and (call.lineno, call.col_offset) >= first[id(loop)]
+                   for call in evals for loop in index.place(call).loops)
 
     def visit_For(self, node: cst.CSTNode) -> None:
         if type(node.body) is cst.SimpleStatementSuite:
@@ -406,19 +406,12 @@ def _ast_surely_restored(index: SyntaxIndex, evaluation: ast.Call) -> bool:
     ``_left_on`` answers no: later in the same function (in no function, lambda or class defined
     there), inside every loop of it that holds the eval, of the same model or one that contains it
     or is part of it (the names as written: a helper maps both the same way)?"""
-    scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-    def owner(node: ast.AST) -> ast.AST | None:
-        return max((scope for scope in scopes if ast_contains(scope, node)),
-                   key=lambda scope: (scope.lineno, scope.col_offset), default=None)
-
     evaluated = ast_dotted_name(evaluation.func.value)
     if evaluated is None:
         return True  # the event has no receiver, and only one with a receiver is reported
-    where = owner(evaluation)
-    nested = [span(scope) for scope in scopes if scope is not where and (where is None or ast_contains(where, scope))]
-    loops = [loop for loop in index.nodes(*AST_LOOPS) if ast_contains(loop, evaluation)
-             and (where is None or ast_contains(where, loop))]
+    place = index.place(evaluation)
+    where = place.scope
+    loops = [loop for loop in place.loops if where is None or ast_contains(where, loop)]
     after = (evaluation.lineno, evaluation.col_offset)
     for train in index.calls("train"):
         if not (type(train.func) is ast.Attribute and train.func.attr == "train" and not train.args
@@ -426,22 +419,28 @@ def _ast_surely_restored(index: SyntaxIndex, evaluation: ast.Call) -> bool:
             continue
         trained = ast_dotted_name(train.func.value)
         if (trained is None or trained == evaluated or evaluated.startswith(trained + ".")
-                or trained.startswith(evaluated + ".")) and owner(train) is where \
-                and not any(first <= train.lineno <= last for first, last in nested) \
-                and all(ast_contains(loop, train) for loop in loops):
+                or trained.startswith(evaluated + ".")) and index.place(train).scope is where \
+                and all(loop in index.place(train).loops for loop in loops) \
+                and not any(first <= train.lineno <= last for first, last in _nested_spans(index, where)):
             return True
     return False
+
+
+def _nested_spans(index: SyntaxIndex, where: ast.AST | None) -> list[tuple[int, int]]:
+    """The lines of the functions, lambdas and classes defined in ``where`` (the module: None)."""
+    def compute() -> list[tuple[int, int]]:
+        scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        return [span(scope) for scope in scopes if scope is not where and (where is None or ast_contains(where, scope))]
+    return index.memo(("nested spans", id(where)), compute)
 
 
 def _ast_reaching(index: SyntaxIndex, calls: list[ast.Call]) -> list[ast.Call]:
     """The calls, and every call of a function of the file (by the name ``function_of_call`` reads)
     whose lines hold one of them, or a call of such a function, and so on: where ``_events`` may
     meet them."""
-    functions = index.nodes(*AST_FUNCTIONS)
     found, names, frontier = list(calls), set(), calls
     while frontier:
-        new = {function.name for function in functions if function.name not in names
-               and any(span(function)[0] <= call.lineno <= function.end_lineno for call in frontier)}
+        new = {function.name for call in frontier for function in index.place(call).functions} - names
         names |= new
         frontier = [call for call in index.calls(*new) if ast_callee(call) in new] if new else []
         found += frontier

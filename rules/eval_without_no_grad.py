@@ -79,8 +79,7 @@ import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
-from torchlint.analysis.index import span
-from torchlint.analysis.loops import (AST_FUNCTIONS, AST_LOOPS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
+from torchlint.analysis.loops import (AST_FUNCTIONS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
                                       MODEL_NAME, ast_loop_lines, ast_surely_grad_disabled, decorator_disables_grad,
                                       with_item_disables_grad)
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, ast_is_literal, dotted_name
@@ -114,18 +113,25 @@ def _ast_in_training_loop(index: SyntaxIndex, call: ast.Call) -> bool:
     """Is the call surely where ``Loops.evaluation_loop`` finds no loop: in no loop of its function,
     or in one (the innermost) whose own code calls ``.backward(...)`` (outside the functions and
     lambdas defined in it, by lines: a precheck may miss one, not invent one)?"""
-    scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-    owner = max((scope for scope in scopes if ast_contains(scope, call)),
-                key=lambda scope: (scope.lineno, scope.col_offset), default=None)
-    loops = [loop for loop in index.nodes(*AST_LOOPS) if ast_contains(loop, call)
-             and (owner is None or ast_contains(owner, loop))]
-    if not loops:
+    loop = index.place(call).loop
+    if loop is None:
         return True
-    loop = max(loops, key=lambda node: (node.lineno, node.col_offset))
-    nested = [span(scope) for scope in scopes if ast_contains(loop, scope)]
-    return any(type(backward.func) is ast.Attribute and backward.func.attr in BACKWARD_CALLEES
-               and ast_contains(loop, backward) and not any(first <= backward.lineno <= last for first, last in nested)
-               for backward in index.calls(*BACKWARD_CALLEES))
+    return index.memo(("TL103 backward", id(loop)), lambda: _backpropagates(index, loop))
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _backpropagates(index: SyntaxIndex, loop: ast.AST) -> bool:
+    """Does the loop's own code call ``.backward(...)`` (outside the functions, lambdas and classes
+    defined in it, their decorators included)?"""
+    for backward in index.calls(*BACKWARD_CALLEES):
+        place = index.place(backward)
+        scopes = (place.scope, *place.functions)
+        if type(backward.func) is ast.Attribute and backward.func.attr in BACKWARD_CALLEES and loop in place.loops \
+                and not any(scope is not None and ast_contains(loop, scope) for scope in scopes):
+            return True
+    return False
 
 
 class EvalWithoutNoGrad(Rule):

@@ -59,9 +59,8 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.index import span
-from torchlint.analysis.loops import BACKWARD_CALLEES, is_backward_call
-from torchlint.analysis.steps import ast_training_steps, optimizer_like, stepped_optimizer
+from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, is_backward_call
+from torchlint.analysis.steps import ast_backwards_by_loop, ast_training_steps, optimizer_like, stepped_optimizer
 from torchlint.analysis.syntax import ast_contains
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -72,15 +71,44 @@ AST_CONDITIONS = (ast.If, ast.IfExp, ast.Try, *((ast.TryStar,) if hasattr(ast, "
                   ast.Match)
 
 
-def _ast_backward_of_body(call: ast.Call, loop: ast.AST, scopes: list[ast.AST]) -> bool:
+_AST_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _ast_ancestry(index: SyntaxIndex, call: ast.Call) -> tuple[ast.AST, ...]:
+    """The loops, conditions and scopes (functions, lambdas, classes: a definition's decorators
+    inside it) around a call in a loop, from its outermost loop in, by one walk of that loop."""
+    outermost = index.place(call).loops[0]
+
+    def compute() -> dict[int, tuple[ast.AST, ...]]:
+        found: dict[int, tuple[ast.AST, ...]] = {}
+        stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(outermost, (outermost,))]
+        while stack:
+            node, chain = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if type(child) is ast.Call:
+                    found[id(child)] = chain
+                inner = chain + (child,) if isinstance(child, (*AST_LOOPS, *AST_CONDITIONS, *_AST_SCOPES)) else chain
+                stack.append((child, inner))
+        return found
+    return index.memo(("TL807 ancestry", id(outermost)), compute)[id(call)]
+
+
+def _ast_under(index: SyntaxIndex, call: ast.Call, loop: ast.AST, kinds: tuple[type, ...]) -> bool:
+    """Is the call inside a node of ``kinds`` that is inside ``loop`` (one of the loops around it)?"""
+    chain = _ast_ancestry(index, call)
+    at = next(i for i, node in enumerate(chain) if node is loop)
+    return any(isinstance(node, kinds) for node in chain[at + 1:])
+
+
+def _ast_backward_of_body(index: SyntaxIndex, call: ast.Call, loop: ast.AST) -> bool:
     """Is the call surely one that ``_backwards_around`` collects: a ``.backward(...)`` or
     ``.manual_backward(...)`` in a statement of the loop's body, not in a function, lambda or class
-    defined there (by lines, decorators included: a precheck may miss one, not invent one)?"""
+    defined there (its decorators included)?"""
     if not (type(call.func) is ast.Attribute and call.func.attr in BACKWARD_CALLEES):
         return False
     if not any(ast_contains(statement, call) for statement in loop.body):
         return False
-    return not any(span(scope)[0] <= call.lineno <= span(scope)[1] and ast_contains(loop, scope) for scope in scopes)
+    return not _ast_under(index, call, loop, _AST_SCOPES)
 
 
 class StepBeforeBackward(Rule):
@@ -98,18 +126,15 @@ class StepBeforeBackward(Rule):
         steps = ast_training_steps(index)
         if not steps:
             return False
-        backwards = index.calls(*BACKWARD_CALLEES)
-        conditions = index.nodes(*AST_CONDITIONS)
-        scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
         for step, loops in steps:
             start = (step.lineno, step.col_offset)
             for loop in loops:
-                if any(ast_contains(node, step) and ast_contains(loop, node) for node in conditions):
+                if _ast_under(index, step, loop, AST_CONDITIONS):
                     continue
-                inside = [call for call in backwards if ast_contains(loop, call)]
+                inside = ast_backwards_by_loop(index).get(id(loop), [])
                 if not any((call.lineno, call.col_offset) >= start for call in inside):
                     continue
-                if not any((call.lineno, call.col_offset) < start and _ast_backward_of_body(call, loop, scopes)
+                if not any((call.lineno, call.col_offset) < start and _ast_backward_of_body(index, call, loop)
                            for call in inside):
                     return True
         return False

@@ -31,7 +31,7 @@ from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.callees import Callees, ast_may_hold_instance, self_attribute
 from torchlint.analysis.loops import ast_loop_lines
-from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, contains, dotted_name,
+from torchlint.analysis.syntax import (ast_dotted_name, ast_find_keyword, contains, dotted_name,
                                        find_keyword, literal_value, positional_args)
 from torchlint.analysis.walk import walk
 

@@ -58,6 +58,47 @@ def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
     return found
 
 
+_SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
+
+
+class CallPlace:
+    """Where a call is, by one walk of the tree: ``scope``, the innermost function, lambda or class
+    whose span holds it (a definition's decorators are outside that span; None at module level);
+    ``loop``, the innermost loop around it inside that scope; ``loops``, every loop around it in
+    the file, the outermost first; ``functions``, every function whose lines hold it (decorators
+    included), the outermost first."""
+
+    __slots__ = ("scope", "loop", "loops", "functions")
+
+    def __init__(self, scope, loop, loops, functions):
+        self.scope, self.loop, self.loops, self.functions = scope, loop, loops, functions
+
+
+def _call_places(tree: ast.AST) -> dict[int, CallPlace]:
+    found: dict[int, CallPlace] = {}
+    # (node, its scope, its innermost loop in that scope, the loops around it, the functions around it)
+    stack: list[tuple[ast.AST, Any, Any, tuple, tuple]] = [(tree, None, None, (), ())]
+    while stack:
+        node, scope, loop, loops, functions = stack.pop()
+        decorators = {id(d) for d in getattr(node, "decorator_list", ())}
+        is_scope, is_loop = isinstance(node, _SCOPE_TYPES), isinstance(node, _LOOP_TYPES)
+        inner_functions = functions + (node,) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            else functions
+        inner_loops = loops + (node,) if is_loop else loops
+        for child in ast.iter_child_nodes(node):
+            if id(child) in decorators:
+                place = (scope, loop, loops, inner_functions)
+            elif is_scope:
+                place = (node, None, inner_loops, inner_functions)
+            else:
+                place = (scope, node if is_loop else loop, inner_loops, inner_functions)
+            if type(child) is ast.Call:
+                found[id(child)] = CallPlace(*place)
+            stack.append((child, *place))
+    return found
+
+
 def span(node: ast.AST) -> tuple[int, int]:
     """The lines a node covers, its decorators included."""
     return ast_first_line(node), node.end_lineno
@@ -116,6 +157,10 @@ class SyntaxIndex:
         if self.project is None or self.path is None:
             return True
         return self.memo(("mentions", word), lambda: self.project.mentions(self.path, word, self.source))
+
+    def place(self, call: ast.Call) -> CallPlace:
+        """Where a call of the tree is (CallPlace), all calls placed by one walk on first use."""
+        return self.memo("call places", lambda: _call_places(self.tree))[id(call)]
 
     def memoized(self, key: Any) -> bool:
         """Has ``memo`` computed ``key`` for this file?"""

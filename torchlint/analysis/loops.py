@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.index import SyntaxIndex, span
+from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import (ast_contains, ast_dotted_name, ast_is_literal, ast_root_names, dotted_name,
                                        is_literal, method_call, root_names)
 from torchlint.analysis.walk import flat, visit
@@ -107,9 +107,8 @@ def ast_training_loop_lines(index: SyntaxIndex) -> bytearray:
     """Lines of the loops that hold a call of ``backward`` (``loss.backward()``,
     ``accelerator.backward(loss)``, ``torch.autograd.backward(loss)``, ``self.manual_backward(loss)``)."""
     def compute() -> bytearray:
-        backward = index.calls(*BACKWARD_CALLEES)
-        return index.lines(loop for loop in index.nodes(*AST_LOOPS)
-                           if any(span(loop)[0] <= call.lineno <= span(loop)[1] for call in backward))
+        holding = {id(loop): loop for call in index.calls(*BACKWARD_CALLEES) for loop in index.place(call).loops}
+        return index.lines(holding.values())
     return index.memo("training_loop_lines", compute)
 
 
@@ -168,10 +167,12 @@ def ast_surely_grad_disabled(index: SyntaxIndex, node: ast.AST) -> bool:
             return True
         return item and name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") \
             and type(expr) is ast.Call and bool(expr.args) and ast_is_literal(expr.args[0], False)
-    return any(ast_contains(with_, node) and any(disables(item.context_expr, True) for item in with_.items)
-               for with_ in index.nodes(ast.With, ast.AsyncWith)) \
-        or any(ast_contains(function, node) and any(disables(decorator, False) for decorator in function.decorator_list)
-               for function in index.nodes(*AST_FUNCTIONS))
+    def regions() -> list[ast.AST]:  # the withs and functions that turn grad off, found once per file
+        return [with_ for with_ in index.nodes(ast.With, ast.AsyncWith)
+                if any(disables(item.context_expr, True) for item in with_.items)] \
+            + [function for function in index.nodes(*AST_FUNCTIONS)
+               if any(disables(decorator, False) for decorator in function.decorator_list)]
+    return any(ast_contains(region, node) for region in index.memo("grad-off regions", regions))
 
 
 def grad_switch_off(node: cst.CSTNode, bindings: Bindings) -> bool | None:

@@ -411,7 +411,8 @@ class _AstLosses:
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     for bound in _bound_names(target):
                         self.assigned.setdefault(bound, []).append(node)
-        self.scopes = index.nodes(*_SCOPES)
+        self._scopes: dict[int, ast.AST | None] | None = None  # see _scope
+        self._assigned_in: dict[tuple[int, str], list[ast.AST]] | None = None  # see _reaching
         self.classes: dict[str, list[ast.ClassDef]] = {}
         for node in index.nodes(ast.ClassDef):
             self.classes.setdefault(node.name, []).append(node)
@@ -438,8 +439,9 @@ class _AstLosses:
         mentions += [node for node in self.index.nodes(ast.Attribute) if node.attr in wanted]
         if not mentions:
             return set()
+        mentioned = {id(node) for node in mentions}
         return {name for name, values in self.values.items() if _last_part(name) not in ACTIVATION_METHODS
-                and any(_contains(value, node) for value in values for node in mentions)}
+                and any(id(node) in mentioned for value in values for node in ast.walk(value))}
 
     def may_reach(self, expr: ast.AST, kinds: frozenset[str], seen: set) -> bool:
         """Could ``Losses._activation`` find one of ``kinds`` for ``expr``?"""
@@ -497,20 +499,33 @@ class _AstLosses:
                 and self._may_module(value.args[-1], kinds, seen):
             return True
         for cls in self.classes.get(ast_dotted_name(func) or "", ()):
-            for forward in cls.body:
-                if isinstance(forward, (ast.FunctionDef, ast.AsyncFunctionDef)) and forward.name == "forward":
-                    if any(isinstance(node, ast.Return) and node.value is not None
-                           and self.may_reach(node.value, kinds, seen) for node in ast.walk(forward)):
-                        return True
+            if any(self.may_reach(returned, kinds, seen) for returned in self._forward_returns(cls)):
+                return True
         return False
 
+    def _forward_returns(self, cls: ast.ClassDef) -> list[ast.AST]:
+        """What the class's ``forward`` methods return (every ``return`` with a value in them)."""
+        return self.index.memo(("forward returns", id(cls)), lambda: [
+            node.value for forward in cls.body
+            if isinstance(forward, (ast.FunctionDef, ast.AsyncFunctionDef)) and forward.name == "forward"
+            for node in ast.walk(forward) if isinstance(node, ast.Return) and node.value is not None])
+
     def _scope(self, node: ast.AST) -> ast.AST | None:
-        """The innermost function, class or lambda around ``node``; None at module level."""
-        found = None
-        for scope in self.scopes:
-            if scope is not node and _contains(scope, node) and (found is None or _contains(found, scope)):
-                found = scope
-        return found
+        """The innermost function, class or lambda around a name or an assignment (by its span: a
+        definition's decorators are outside it); None at module level. One walk, on first use."""
+        if self._scopes is None:
+            self._scopes = {}
+            stack: list[tuple[ast.AST, ast.AST | None]] = [(self.index.tree, None)]
+            while stack:
+                parent, scope = stack.pop()
+                inner = parent if isinstance(parent, _SCOPES) else scope
+                decorators = {id(d) for d in getattr(parent, "decorator_list", ())}
+                for child in ast.iter_child_nodes(parent):
+                    around = scope if id(child) in decorators else inner
+                    if type(child) in (ast.Name, ast.Assign, ast.AnnAssign):
+                        self._scopes[id(child)] = around
+                    stack.append((child, around))
+        return self._scopes.get(id(node))
 
     def _reaching(self, name: ast.Name) -> list[ast.AST]:
         """The assignments that may give ``name`` its value as ``flow.reaching_assignments`` finds
@@ -518,7 +533,12 @@ class _AstLosses:
         scope = self._scope(name)
         if isinstance(scope, ast.Lambda):
             return []
-        return [node for node in self.assigned.get(name.id, ()) if self._scope(node) is scope]
+        if self._assigned_in is None:  # (scope, name) -> its assignments, built once
+            self._assigned_in = {}
+            for bound, nodes in self.assigned.items():
+                for node in nodes:
+                    self._assigned_in.setdefault((id(self._scope(node)), bound), []).append(node)
+        return self._assigned_in.get((id(scope), name.id), [])
 
 
 def _bound_names(target: ast.AST) -> list[str]:

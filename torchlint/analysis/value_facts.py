@@ -11,7 +11,6 @@ kept, model calls, backpropagation, mode calls, and the calls that may be the pr
 from __future__ import annotations
 
 import ast
-import re
 
 from torchlint.analysis.module_index import ScopeNames, SourceLines, dotted, method_kind
 from torchlint.analysis.summaries import (
