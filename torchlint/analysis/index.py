@@ -17,6 +17,7 @@ answers (``loops.ast_training_loop_lines``, ``devices.ast_may_move``, ...), unde
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -75,10 +76,11 @@ class CallPlace:
         self.scope, self.loop, self.loops, self.functions = scope, loop, loops, functions
 
 
-def _call_places(tree: ast.AST) -> dict[int, CallPlace]:
+def _call_places(statement: ast.stmt) -> dict[int, CallPlace]:
+    """The places of the calls in one statement of the module."""
     found: dict[int, CallPlace] = {}
     # (node, its scope, its innermost loop in that scope, the loops around it, the functions around it)
-    stack: list[tuple[ast.AST, Any, Any, tuple, tuple]] = [(tree, None, None, (), ())]
+    stack: list[tuple[ast.AST, Any, Any, tuple, tuple]] = [(statement, None, None, (), ())]
     while stack:
         node, scope, loop, loops, functions = stack.pop()
         decorators = {id(d) for d in getattr(node, "decorator_list", ())}
@@ -159,8 +161,16 @@ class SyntaxIndex:
         return self.memo(("mentions", word), lambda: self.project.mentions(self.path, word, self.source))
 
     def place(self, call: ast.Call) -> CallPlace:
-        """Where a call of the tree is (CallPlace), all calls placed by one walk on first use."""
-        return self.memo("call places", lambda: _call_places(self.tree))[id(call)]
+        """Where a call of the tree is (CallPlace): the calls of the module's statement that holds
+        it are placed by one walk of that statement, on first use."""
+        body = self.tree.body
+        starts = self.memo("statement starts", lambda: [ast_first_line(statement) for statement in body])
+        at = bisect.bisect_right(starts, call.lineno) - 1
+        while at > 0 and (body[at].lineno, body[at].col_offset) > (call.lineno, call.col_offset) \
+                and not any(decorator is not None for decorator in getattr(body[at], "decorator_list", ())):
+            at -= 1  # statements that share a line: the call is in an earlier one
+        statement = body[at]
+        return self.memo(("call places", id(statement)), lambda: _call_places(statement))[id(call)]
 
     def memoized(self, key: Any) -> bool:
         """Has ``memo`` computed ``key`` for this file?"""
