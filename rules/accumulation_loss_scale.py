@@ -69,8 +69,8 @@ import libcst as cst
 
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
 from torchlint.analysis.conditions import ast_is_periodic_test
-from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES
-from torchlint.analysis.steps import Accumulation, accumulation, ast_backwards_by_loop, ast_training_steps
+from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, ast_backwards_by_loop
+from torchlint.analysis.steps import Accumulation, accumulation, ast_training_steps
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex

@@ -91,7 +91,7 @@ import libcst as cst
 
 from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.flow import argument_for, function_of_call
-from torchlint.analysis.index import span
+from torchlint.analysis.index import AST_SCOPES, span
 from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
                                       is_backward_call, is_eval_call, with_item_disables_grad)
 from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_keyword,
@@ -429,7 +429,7 @@ def _ast_surely_restored(index: SyntaxIndex, evaluation: ast.Call) -> bool:
 def _nested_spans(index: SyntaxIndex, where: ast.AST | None) -> list[tuple[int, int]]:
     """The lines of the functions, lambdas and classes defined in ``where`` (the module: None)."""
     def compute() -> list[tuple[int, int]]:
-        scopes = index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        scopes = index.nodes(*AST_SCOPES)
         return [span(scope) for scope in scopes if scope is not where and (where is None or ast_contains(where, scope))]
     return index.memo(("nested spans", id(where)), compute)
 

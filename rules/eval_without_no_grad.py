@@ -80,8 +80,8 @@ import libcst as cst
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
 from torchlint.analysis.loops import (AST_FUNCTIONS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
-                                      MODEL_NAME, ast_loop_lines, ast_surely_grad_disabled, decorator_disables_grad,
-                                      with_item_disables_grad)
+                                      MODEL_NAME, ast_backwards_by_loop, ast_loop_lines, ast_surely_grad_disabled,
+                                      decorator_disables_grad, with_item_disables_grad)
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, ast_is_literal, dotted_name
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
@@ -119,16 +119,13 @@ def _ast_in_training_loop(index: SyntaxIndex, call: ast.Call) -> bool:
     return index.memo(("TL103 backward", id(loop)), lambda: _backpropagates(index, loop))
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-
 def _backpropagates(index: SyntaxIndex, loop: ast.AST) -> bool:
     """Does the loop's own code call ``.backward(...)`` (outside the functions, lambdas and classes
     defined in it, their decorators included)?"""
-    for backward in index.calls(*BACKWARD_CALLEES):
+    for backward in ast_backwards_by_loop(index).get(id(loop), ()):
         place = index.place(backward)
         scopes = (place.scope, *place.functions)
-        if type(backward.func) is ast.Attribute and backward.func.attr in BACKWARD_CALLEES and loop in place.loops \
+        if type(backward.func) is ast.Attribute and backward.func.attr in BACKWARD_CALLEES \
                 and not any(scope is not None and ast_contains(loop, scope) for scope in scopes):
             return True
     return False

@@ -59,8 +59,9 @@ import ast
 
 import libcst as cst
 
-from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, is_backward_call
-from torchlint.analysis.steps import ast_backwards_by_loop, ast_training_steps, optimizer_like, stepped_optimizer
+from torchlint.analysis.index import AST_LOOPS, AST_SCOPES
+from torchlint.analysis.loops import BACKWARD_CALLEES, ast_backwards_by_loop, is_backward_call
+from torchlint.analysis.steps import ast_training_steps, optimizer_like, stepped_optimizer
 from torchlint.analysis.syntax import ast_contains
 from torchlint.analysis.walk import walk
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -69,9 +70,6 @@ from torchlint.rules._loop import innermost_training_loop
 CONDITIONS = (cst.If, cst.IfExp, cst.Try, cst.TryStar, cst.BooleanOperation, cst.Match)
 AST_CONDITIONS = (ast.If, ast.IfExp, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.BoolOp,
                   ast.Match)
-
-
-_AST_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _ast_ancestry(index: SyntaxIndex, call: ast.Call) -> tuple[ast.AST, ...]:
@@ -87,7 +85,7 @@ def _ast_ancestry(index: SyntaxIndex, call: ast.Call) -> tuple[ast.AST, ...]:
             for child in ast.iter_child_nodes(node):
                 if type(child) is ast.Call:
                     found[id(child)] = chain
-                inner = chain + (child,) if isinstance(child, (*AST_LOOPS, *AST_CONDITIONS, *_AST_SCOPES)) else chain
+                inner = chain + (child,) if isinstance(child, (*AST_LOOPS, *AST_CONDITIONS, *AST_SCOPES)) else chain
                 stack.append((child, inner))
         return found
     return index.memo(("TL807 ancestry", id(outermost)), compute)[id(call)]
@@ -108,7 +106,7 @@ def _ast_backward_of_body(index: SyntaxIndex, call: ast.Call, loop: ast.AST) -> 
         return False
     if not any(ast_contains(statement, call) for statement in loop.body):
         return False
-    return not _ast_under(index, call, loop, _AST_SCOPES)
+    return not _ast_under(index, call, loop, AST_SCOPES)
 
 
 class StepBeforeBackward(Rule):

@@ -273,3 +273,31 @@ def test_code_text_keeps_values_and_blanks_prose(source, kept, blanked):
     code = code_text(source)
     assert kept in code and blanked not in code
     assert [len(line) for line in code.splitlines()] == [len(line) for line in source.splitlines()]
+
+
+def test_call_places_match_the_tree():
+    import ast
+
+    from torchlint.analysis.index import SyntaxIndex
+
+    source = ("a(); b()\n@d(c())\ndef f(xs):\n    for x in xs:\n        g(lambda: h())\n"
+              "    while k():\n        class C:\n            m()\nfor y in z:\n    def inner(): n()\n")
+    index = SyntaxIndex(ast.parse(source), source)
+    calls = {ast.unparse(call.func): call for call in index.nodes(ast.Call)}
+    f = next(node for node in index.nodes(ast.FunctionDef) if node.name == "f")
+    inner = next(node for node in index.nodes(ast.FunctionDef) if node.name == "inner")
+    lam = index.nodes(ast.Lambda)[0]
+    cls = index.nodes(ast.ClassDef)[0]
+    loops = {type(node).__name__ + str(node.lineno): node for node in index.nodes(ast.For, ast.While)}
+    expected = {  # call -> (scope, innermost loop in it, every loop around, every function around)
+        "a": (None, None, (), ()), "b": (None, None, (), ()),
+        "c": (None, None, (), (f,)), "d": (None, None, (), (f,)),  # a decorator: outside f's scope, in its lines
+        "g": (f, loops["For4"], (loops["For4"],), (f,)),
+        "h": (lam, None, (loops["For4"],), (f,)),
+        "k": (f, loops["While6"], (loops["While6"],), (f,)),
+        "m": (cls, None, (loops["While6"],), (f,)),
+        "n": (inner, None, (loops["For9"],), (inner,)),
+    }
+    for name, (scope, loop, around, functions) in expected.items():
+        place = index.place(calls[name])
+        assert (place.scope, place.loop, place.loops, place.functions) == (scope, loop, around, functions), name

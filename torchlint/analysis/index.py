@@ -59,8 +59,9 @@ def _by_type(tree: ast.AST) -> dict[type, list[ast.AST]]:
     return found
 
 
-_SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
+# What binds names of its own (a scope) and what repeats (a loop), on CPython's tree.
+AST_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+AST_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
 class CallPlace:
@@ -84,7 +85,7 @@ def _call_places(statement: ast.stmt) -> dict[int, CallPlace]:
     while stack:
         node, scope, loop, loops, functions = stack.pop()
         decorators = {id(d) for d in getattr(node, "decorator_list", ())}
-        is_scope, is_loop = isinstance(node, _SCOPE_TYPES), isinstance(node, _LOOP_TYPES)
+        is_scope, is_loop = isinstance(node, AST_SCOPES), isinstance(node, AST_LOOPS)
         inner_functions = functions + (node,) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
             else functions
         inner_loops = loops + (node,) if is_loop else loops
@@ -99,6 +100,15 @@ def _call_places(statement: ast.stmt) -> dict[int, CallPlace]:
                 found[id(child)] = CallPlace(*place)
             stack.append((child, *place))
     return found
+
+
+def _start(statement: ast.stmt) -> tuple[int, int]:
+    """Where a statement starts: its first decorator's ``@``, or its first token (statements that
+    share a line, ``a(); b()``, start at their own columns)."""
+    decorators = getattr(statement, "decorator_list", ())
+    if decorators:
+        return decorators[0].lineno, decorators[0].col_offset - 1
+    return statement.lineno, statement.col_offset
 
 
 def span(node: ast.AST) -> tuple[int, int]:
@@ -164,12 +174,8 @@ class SyntaxIndex:
         """Where a call of the tree is (CallPlace): the calls of the module's statement that holds
         it are placed by one walk of that statement, on first use."""
         body = self.tree.body
-        starts = self.memo("statement starts", lambda: [ast_first_line(statement) for statement in body])
-        at = bisect.bisect_right(starts, call.lineno) - 1
-        while at > 0 and (body[at].lineno, body[at].col_offset) > (call.lineno, call.col_offset) \
-                and not any(decorator is not None for decorator in getattr(body[at], "decorator_list", ())):
-            at -= 1  # statements that share a line: the call is in an earlier one
-        statement = body[at]
+        starts = self.memo("statement starts", lambda: [_start(statement) for statement in body])
+        statement = body[bisect.bisect_right(starts, (call.lineno, call.col_offset)) - 1]
         return self.memo(("call places", id(statement)), lambda: _call_places(statement))[id(call)]
 
     def memoized(self, key: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.index import AST_LOOPS, SyntaxIndex
 from torchlint.analysis.syntax import (ast_contains, ast_dotted_name, ast_is_literal, ast_root_names, dotted_name,
                                        is_literal, method_call, root_names)
 from torchlint.analysis.walk import flat, visit
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls
 
 LOOPS = (cst.For, cst.While)
-AST_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _SCOPE_TYPES, _LOOP_TYPES = frozenset(SCOPES), frozenset(LOOPS)
@@ -101,6 +100,17 @@ class _BackwardFinder(cst.CSTVisitor):
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
+
+
+def ast_backwards_by_loop(index: SyntaxIndex) -> dict[int, list[ast.Call]]:
+    """Each loop that holds a call of backward (by its id) -> those calls."""
+    def compute() -> dict[int, list[ast.Call]]:
+        found: dict[int, list[ast.Call]] = {}
+        for call in index.calls(*BACKWARD_CALLEES):
+            for loop in index.place(call).loops:
+                found.setdefault(id(loop), []).append(call)
+        return found
+    return index.memo("backwards_by_loop", compute)
 
 
 def ast_training_loop_lines(index: SyntaxIndex) -> bytearray:

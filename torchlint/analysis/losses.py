@@ -20,7 +20,7 @@ import libcst as cst
 
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
-from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.index import AST_SCOPES, SyntaxIndex
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args,
                                        returns_of)
 
@@ -373,7 +373,6 @@ def ast_may_be_given(index: SyntaxIndex, losses: Iterable[str], activations: Ite
     return any(twin.may_reach(value, kinds, set()) for value in twin.loss_inputs(frozenset(losses)))
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _SHAPE_FUNCTIONS = frozenset(_last_part(name) for name in SHAPE_FUNCTIONS)
 _MODEL_WRAPPERS = frozenset(_last_part(name) for name in MODEL_WRAPPERS)
 _SEQUENTIAL = frozenset(_last_part(name) for name in SEQUENTIAL)
@@ -386,15 +385,6 @@ def _ast_first_input(call: ast.Call) -> list[ast.AST]:
     if call.args and not isinstance(call.args[0], ast.Starred):
         found.append(call.args[0])
     return found
-
-
-def _position(node: ast.AST) -> tuple[int, int]:
-    return node.lineno, node.col_offset
-
-
-def _contains(outer: ast.AST, node: ast.AST) -> bool:
-    return _position(outer) <= _position(node) and (node.end_lineno, node.end_col_offset) <= (
-        outer.end_lineno, outer.end_col_offset)
 
 
 class _AstLosses:
@@ -518,7 +508,7 @@ class _AstLosses:
             stack: list[tuple[ast.AST, ast.AST | None]] = [(self.index.tree, None)]
             while stack:
                 parent, scope = stack.pop()
-                inner = parent if isinstance(parent, _SCOPES) else scope
+                inner = parent if isinstance(parent, AST_SCOPES) else scope
                 decorators = {id(d) for d in getattr(parent, "decorator_list", ())}
                 for child in ast.iter_child_nodes(parent):
                     around = scope if id(child) in decorators else inner

@@ -22,7 +22,7 @@ from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.conditions import is_periodic_test
-from torchlint.analysis.loops import BACKWARD_CALLEES, LOOPS, ast_training_loop_lines, is_backward_call
+from torchlint.analysis.loops import LOOPS, ast_backwards_by_loop, ast_training_loop_lines, is_backward_call
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
 
@@ -391,17 +391,6 @@ def ast_training_steps(index: SyntaxIndex) -> list[tuple[ast.Call, tuple[ast.AST
         found = [(step, tuple(loop for loop in index.place(step).loops if id(loop) in holding)) for step in steps]
         return [(step, around) for step, around in found if around]
     return index.memo("training_steps", compute)
-
-
-def ast_backwards_by_loop(index: SyntaxIndex) -> dict[int, list[ast.Call]]:
-    """Each loop that holds a call of backward (by its id) -> those calls."""
-    def compute() -> dict[int, list[ast.Call]]:
-        found: dict[int, list[ast.Call]] = {}
-        for call in index.calls(*BACKWARD_CALLEES):
-            for loop in index.place(call).loops:
-                found.setdefault(id(loop), []).append(call)
-        return found
-    return index.memo("backwards_by_loop", compute)
 
 
 def ast_clears_gradients_directly(index: SyntaxIndex, loop: ast.AST) -> bool:
