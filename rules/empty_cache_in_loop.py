@@ -96,6 +96,13 @@ def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
     """The precheck twin of ``_batch_loop``: lines of the loops that train, call something named
     like a model, or iterate something named like a loader."""
     training = ast_training_loop_lines(index)
+    # a loop holds a call exactly when the call starts on one of its lines (no other statement
+    # shares a compound statement's first or last line): one mask instead of a walk per loop
+    models = bytearray(len(training))
+    for call in index.nodes(ast.Call):
+        name = ast_dotted_name(call.func)
+        if name is not None and MODEL_NAME.search(name.rsplit(".", 1)[-1]):
+            models[call.lineno] = 1
 
     def batch_loop(loop: ast.AST) -> bool:
         if training[loop.lineno]:
@@ -105,8 +112,7 @@ def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
             iterated = ast_dotted_name(loop.iter.args[0])  # enumerate(loader), tqdm(loader)
         if iterated is not None and LOADER_NAME.search(iterated.rsplit(".", 1)[-1]):
             return True
-        return any(isinstance(node, ast.Call) and (name := ast_dotted_name(node.func)) is not None
-                   and MODEL_NAME.search(name.rsplit(".", 1)[-1]) for node in ast.walk(loop))
+        return models.find(1, loop.lineno, loop.end_lineno + 1) != -1
 
     return index.memo("batch-loop-lines", lambda: index.lines(loop for loop in index.nodes(*AST_LOOPS) if batch_loop(loop)))
 

@@ -11,7 +11,7 @@ import re
 import reprlib
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +157,23 @@ class Settings:
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def is_excluded(self, path: Path) -> bool:
-        relative = _relative(str(path), self._resolved_root)
-        return any(_glob_match(relative, pattern) or fnmatch.fnmatchcase(path.name, pattern)
-                   for pattern in self.exclude)
+    def is_excluded(self, path: Path, resolved: Path | None = None) -> bool:
+        """Whether an ``exclude`` glob matches the path (relative to the root, or a trailing part of
+        it) or its name. ``resolved``: the path with its links resolved, when the caller knows it
+        (discovery walks resolved folders), which spares resolving it again."""
+        if not self.exclude:
+            return False
+        relative = _relative(str(path), self._resolved_root) if resolved is None else \
+            _relative_resolved(resolved, path, self._resolved_root)
+        return bool(self._excluded.fullmatch(relative) or self._excluded_name.fullmatch(path.name))
+
+    @cached_property
+    def _excluded(self) -> re.Pattern:
+        return _glob("|".join(fnmatch.translate(pattern) for pattern in self.exclude))
+
+    @cached_property
+    def _excluded_name(self) -> re.Pattern:
+        return re.compile("|".join(fnmatch.translate(pattern) for pattern in self.exclude))
 
     @cached_property
     def _resolved_root(self) -> Path:
@@ -175,12 +188,25 @@ def _relative(path: str, root: Path) -> str:
         return Path(path).as_posix()
 
 
+def _relative_resolved(resolved: Path, path: Path, root: Path) -> str:
+    """``_relative(path, root)`` for a path whose resolved form is known, by string operations
+    (discovery asks it of every entry of the tree)."""
+    name, base = resolved.as_posix(), root.as_posix()
+    if name == base:
+        return "."
+    prefix = base if base.endswith("/") else base + "/"
+    return name[len(prefix):] if name.startswith(prefix) else path.as_posix()
+
+
+@lru_cache(maxsize=256)
+def _glob(translated: str) -> re.Pattern:
+    """The translated glob(s), matched against a whole path or any part after one of its slashes."""
+    return re.compile(f"(?s:.*/)?(?:{translated})")
+
+
 def _glob_match(relative: str, pattern: str) -> bool:
     """A glob against the path relative to the project root, or against any trailing part."""
-    if fnmatch.fnmatchcase(relative, pattern):
-        return True
-    parts = relative.split("/")
-    return any(fnmatch.fnmatchcase("/".join(parts[i:]), pattern) for i in range(1, len(parts)))
+    return _glob(fnmatch.translate(pattern)).fullmatch(relative) is not None
 
 
 # --- finding and reading the configuration ------------------------------------------------------

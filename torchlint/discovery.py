@@ -318,11 +318,12 @@ def _walk(folder: Path, resolved: Path, ignores: list[GitIgnore], settings, foun
         path = Path(entry.path)
         try:
             is_dir = entry.is_dir()
+            link = entry.is_symlink()
         except OSError:
             continue
-        if settings.is_excluded(path):
-            continue
         real = resolved / entry.name
+        if settings.is_excluded(path, None if link else real):
+            continue
         if ignores and _ignored(real, is_dir, ignores):
             continue
         if is_dir:
@@ -331,7 +332,7 @@ def _walk(folder: Path, resolved: Path, ignores: list[GitIgnore], settings, foun
             except (OSError, RuntimeError):
                 on_error(f"{path}: cannot resolve (symlink loop?)")
                 continue
-            if target in seen or (entry.is_symlink() and (target == resolved or target in resolved.parents)):
+            if target in seen or (link and (target == resolved or target in resolved.parents)):
                 continue
             _walk(path, target, ignores, settings, found, on_error, warn, seen)
         elif entry.name.endswith(SOURCE_SUFFIXES):
