@@ -3,8 +3,13 @@
 
 Finds NVIDIA apex's mixed precision (`from apex import amp`): `amp.initialize(...)`,
 `with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()`,
-`amp.master_params(optimizer)`, `amp.state_dict()` and the rest of `apex.amp`. What replaces each
-call is data: the `apex` table of `rules/amp_migrations.yaml`.
+`amp.master_params(optimizer)`, `amp.state_dict()` and the rest of `apex.amp`, including its
+function decorators (`@amp.float_function`, `@amp.half_function`), and apex's older mixed
+precision, `apex.fp16_utils` (`FP16_Optimizer`, `network_to_half`, the loss scalers), which
+apex's own documentation calls deprecated in favour of `amp`. A file that imports `apex.amp` and
+never calls it (an optional import whose uses live elsewhere) gets one finding, on the import.
+apex's other parts (fused optimizers and norms, `apex.parallel`) are not mixed precision and are
+left alone. What replaces each call is data: the `apex` table of `rules/amp_migrations.yaml`.
 
 ## Why is it wrong
 
@@ -59,7 +64,9 @@ for options other than `opt_level`, `loss_scale="dynamic"` and `verbosity`, when
 anything else (`amp.state_dict()` in checkpoints needs `scaler.state_dict()` and a new checkpoint
 format), when the import is in a `try` block (an optional dependency with a fallback), when the
 loop does not have the shape above, or when `amp.initialize` and the loop are in different
-functions.
+functions. The decorators, `apex.fp16_utils` and a lone import are reported without a fix: their
+replacements depend on code the rule cannot rewrite (an autograd Function's `backward`, the
+`.half()` model, the other file that uses the import).
 
 ## Versions
 
@@ -70,7 +77,12 @@ writes `torch.amp.GradScaler("cuda")` from torch 2.3, `torch.cuda.amp.GradScaler
 
 - https://github.com/NVIDIA/apex#amp-automatic-mixed-precision
 - https://nvidia.github.io/apex/amp.html
+- https://nvidia.github.io/apex/amp.html#transition-guide-for-old-api-users (`FP16_Optimizer` and
+  the old `amp.init` API, deprecated)
 - https://pytorch.org/docs/stable/notes/amp_examples.html
+- https://pytorch.org/docs/stable/notes/amp_examples.html#functions-that-need-a-particular-dtype
+  (`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)` and `custom_bwd`, the
+  replacement of `amp.float_function` on an autograd Function)
 - https://pytorch.org/docs/stable/amp.html
 """
 
@@ -91,6 +103,23 @@ from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
 APEX = data_table("amp_migrations.yaml")["apex"]
 ALLOWED_OPTIONS = {"opt_level", "verbosity", "loss_scale"}
+# apex's older mixed precision: qualified name -> what to write instead
+FP16_UTILS = {name: row["instead"] for row in APEX["fp16_utils"] for name in row["names"]}
+
+
+def mixed_precision(name: str) -> bool:
+    """Does a qualified name reach apex's mixed precision (`apex.amp` and what is in it, the
+    classes and functions of apex's older `fp16_utils`)? apex's fused optimizers and norms do not."""
+    return name == "apex.amp" or name.startswith("apex.amp.") or name in FP16_UTILS
+
+
+def _ast_imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The qualified names an import statement brings (not relative ones, not `*`)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level or not node.module:
+        return []
+    return [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
 
 
 @dataclass
@@ -121,13 +150,19 @@ class ApexAmp(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        # a call of what an import of apex may name `apex.amp.<something>` (`amp.initialize(...)` after
-        # `from apex import amp`, `apex.amp.scale_loss(...)` after `import apex`): what visit_Call reports
+        # an import of apex's mixed precision (reported itself when nothing else is), or a call or a
+        # bare decorator of what an import of apex may name so (`apex.amp.scale_loss(...)` after
+        # `import apex`): what visit_Call, visit_Decorator and leave_Module report
         heads = index.imported_from("apex")
-        return bool(heads) and any(
-            (ast_dotted_name(call.func) or "").partition(".")[0] in heads
-            and any(name.startswith("apex.amp.") for name in index.qualified_names(call.func))
-            for call in index.nodes(ast.Call))
+        if not heads:
+            return False
+        if any(mixed_precision(name) for node in index.nodes(ast.Import, ast.ImportFrom) for name in _ast_imported(node)):
+            return True
+        used = [call.func for call in index.nodes(ast.Call)]
+        used += [decorator for node in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+                 for decorator in node.decorator_list]
+        return any((ast_dotted_name(expr) or "").partition(".")[0] in heads
+                   and any(mixed_precision(name) for name in index.qualified_names(expr)) for expr in used)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -138,6 +173,7 @@ class ApexAmp(Rule):
         self.other_uses = False
         self.import_statement: cst.SimpleStatementLine | None = None
         self.import_guarded = False
+        self.first_import: cst.CSTNode | None = None  # the first import of apex's mixed precision
         self.scaler = None
         self.torch = None
         self.target_ok = ctx.torch_at_least("1.10")
@@ -146,7 +182,10 @@ class ApexAmp(Rule):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
-        if dotted_name(node.module) == "apex" and any(dotted_name(a.name) == "amp" for a in node.names):
+        module = dotted_name(node.module)
+        if self.first_import is None and any(mixed_precision(f"{module}.{dotted_name(a.name)}") for a in node.names):
+            self.first_import = node
+        if module == "apex" and any(dotted_name(a.name) == "amp" for a in node.names):
             statement = self.ctx.parent
             whole = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
                 and len(node.names) == 1 and node.names[0].asname is None
@@ -156,10 +195,16 @@ class ApexAmp(Rule):
     def visit_Import(self, node: cst.Import) -> None:
         if any((dotted_name(a.name) or "").startswith("apex") for a in node.names):
             self.other_uses = True  # `import apex`: other parts of apex may be in use; leave the import to the user
+        if self.first_import is None and any(mixed_precision(dotted_name(a.name) or "") for a in node.names):
+            self.first_import = node
 
     # apex.amp calls ---------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func) or ""
+        if name in FP16_UTILS:
+            self.calls.append((node, name))
+            self.other_uses = True
+            return
         if not name.startswith("apex.amp."):
             return
         self.calls.append((node, name))
@@ -170,6 +215,15 @@ class ApexAmp(Rule):
         elif name == "apex.amp.master_params":
             self.master_params.append(node)
         else:
+            self.other_uses = True
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        # a bare decorator (`@amp.float_function`) is a call of it with the function
+        if isinstance(node.decorator, cst.Call):
+            return  # `@amp.half_function(...)`-style calls are visit_Call's
+        name = self.ctx.qualified_name(node.decorator) or ""
+        if name.startswith("apex.amp.") or name in FP16_UTILS:
+            self.calls.append((node.decorator, name))
             self.other_uses = True
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -265,9 +319,14 @@ class ApexAmp(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         fix = self._fix()
         levels = APEX["fixable_opt_levels"]
+        if not self.calls and self.first_import is not None:
+            # imported and never called here: the import is the one place to say it, once
+            self.report(self.first_import, "apex's mixed precision is deprecated in favour of torch.amp: move what "
+                        "this import is for to `torch.autocast` and `torch.amp.GradScaler`, then drop it")
         for node, name in self.calls:
             entry = APEX["calls"].get(name)
-            instead = entry["instead"] if entry else "the `torch.amp` equivalent (autocast and GradScaler)"
+            instead = entry["instead"] if entry else FP16_UTILS.get(name, "the `torch.amp` equivalent (autocast and "
+                                                                              "GradScaler)")
             message = f"apex `{name[5:]}` is deprecated in favour of torch.amp: {instead}"
             this_fix = None
             if name == "apex.amp.initialize":

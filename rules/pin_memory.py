@@ -3,7 +3,8 @@
 
 Finds a `torch.utils.data.DataLoader` with worker processes (`num_workers` > 0) that feeds a
 training loop which copies its batches to a CUDA device (`.cuda()`, `.to(device)`), but does not
-pass `pin_memory`.
+pass `pin_memory`. The loop may iterate the loader where it is built, or in a function of the same
+file the loader is handed to (`train(model, loader)`).
 
 ## Why is it slow
 
@@ -54,7 +55,9 @@ CUDA the DataLoader skips pinning with a warning. The rule applies only where pi
   itself, the pattern that the PyTorch pinned-memory tutorial measures as slower than a plain
   copy (see TL601, whose fix adds workers first);
 - a training loop (a loop that calls `backward`) iterates the loader and copies to a CUDA device;
-  copies to the CPU or MPS are not host-to-GPU transfers;
+  copies to the CPU or MPS are not host-to-GPU transfers. A loader returned to code in another
+  module (a `build_dataloader(...)` factory) is left alone: where its batches go, and whether a
+  configuration turns pinning on, is not in the file;
 - an explicit `pin_memory=` (either value) is left alone, as is a call with `**kwargs`.
 
 It stays silent when the dataset or the `collate_fn` may already produce CUDA tensors (their code
@@ -78,10 +81,11 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
+from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument, handed_to,
                                     is_dataloader_call)
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.walk import walk
 from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal
 from torchlint.fixes import set_keyword
 from torchlint.rule import Rule, SyntaxIndex
@@ -114,7 +118,7 @@ class PinMemory(Rule):
         if workers is None or is_literal(workers.value, 0):
             return  # pinning on the training thread does not pay (TL601 adds workers first)
         if not any(self.ctx.loops.backpropagated_names(loop) is not None and self.ctx.devices.moves_to_cuda(loop.body)
-                   for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name())):
+                   for loop in self._loops(node)):
             return
         if any(self._may_hold_cuda_tensors(arg.value) for arg in (dataloader_argument(node, "dataset"),
                                                                  dataloader_argument(node, "collate_fn")) if arg):
@@ -125,6 +129,20 @@ class PinMemory(Rule):
                     self.fix("Pin the loader's batches (`pin_memory=True`)",
                              self.replace(node, set_keyword(node, "pin_memory", cst.Name("True"))),
                              applicability="unsafe" if distributed_without_device else "safe"))
+
+    def _loops(self, node: cst.Call) -> list[cst.For]:
+        """The loops over the loader: where the file iterates it (``for x in loader``), and in a
+        function of the file it is handed to (``train(model, loader)`` with ``def train(net, data):
+        for x, y in data: ...``)."""
+        bound = self.ctx.bound_name()
+        loops = self.ctx.loops.iterating_loops(bound)
+        if bound is None or "." in bound or self.ctx.bindings.value_of(bound) is not node:
+            return loops
+        for function, parameter in handed_to(self.ctx.module, self.ctx.bindings, bound):
+            inside: set[int] = set()
+            walk(function.body, lambda n: inside.add(id(n)) if type(n) is cst.For else None)
+            loops += [loop for loop in self.ctx.loops.loops_over(parameter) if id(loop) in inside]
+        return loops
 
     def _may_hold_cuda_tensors(self, expr: cst.BaseExpression, depth: int = 2) -> bool:
         """Does the expression, or what its names are bound to (two levels), or a class or

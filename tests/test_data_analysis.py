@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 
 from torchlint.analysis.bindings import Bindings
-from torchlint.analysis.data import (batch_parts, is_dataloader_call, known_value, loader_calls, pins_memory,
-                                     without_workers)
+from torchlint.analysis.data import (batch_parts, handed_to, is_dataloader_call, known_value, loader_calls,
+                                     pins_memory, without_workers)
 from torchlint.analysis.syntax import statements
 from torchlint.analysis.walk import walk
 
@@ -130,3 +130,17 @@ def test_batch_parts_are_taken_out_not_computed():
                              "    w = (x, img)\n"
                              "    pass\n")
     assert batch_parts(loop, loop.body.body[-1]) == {"batch", "x", "img", "w"}
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def train(net, data):\n    pass\ntrain(model, loader)\n", [("train", "data")]),
+    ("def train(net, data):\n    pass\ntrain(model, data=loader)\n", [("train", "data")]),  # by keyword
+    ("def train(self, data):\n    pass\nobj.train(loader)\n", []),  # a method call: which class is unknown
+    ("def train(net, data):\n    data = list(data)\ntrain(model, loader)\n", []),  # rebound in the function
+    ("def train(net, data):\n    pass\ntrain(model, loader.dataset)\n", []),  # a part, not the loader
+    ("def train(net, data):\n    pass\ndef train(net, data):\n    pass\ntrain(model, loader)\n", []),  # two
+    ("train(model, loader)\n", []),  # not defined in the file
+])
+def test_the_functions_a_value_is_handed_to(source, expected):
+    module, bindings = parse(source)
+    assert [(f.name.value, p) for f, p in handed_to(module, bindings, "loader")] == expected

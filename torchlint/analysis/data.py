@@ -95,6 +95,47 @@ def loader_calls(expr: cst.BaseExpression, bindings: Bindings, depth: int = 0) -
     return found
 
 
+def handed_to(module: cst.Module, bindings: Bindings, name: str) -> list[tuple[cst.FunctionDef, str]]:
+    """The functions of the file that a call hands the value of ``name`` to as a whole
+    (``train(model, loader)``: ``def train(net, data)`` receives it as ``data``), with the
+    parameter that receives it. Only plain calls of a function the file defines once under that
+    name (not methods, not ``loader.dataset``), and the parameter is not rebound in the function."""
+    found: list[tuple[cst.FunctionDef, str]] = []
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if type(node) is cst.Call and type(node.func) is cst.Name and any(
+                type(arg.value) is cst.Name and arg.value.value == name for arg in node.args):
+            functions = bindings.defined(node.func.value, cst.FunctionDef)
+            if len(functions) == 1:
+                function = functions[0]
+                for parameter in function_parameters(function):
+                    argument = argument_for(node, function, parameter)
+                    if type(argument) is cst.Name and argument.value == name \
+                            and not _rebinds(function, parameter):
+                        found.append((function, parameter))
+        return True
+
+    walk(module, on_visit)
+    return found
+
+
+def _rebinds(function: cst.FunctionDef, name: str) -> bool:
+    """Is ``name`` assigned (or a loop target) in the function's body?"""
+    rebound = False
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        nonlocal rebound
+        if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For):
+            targets = node.targets if type(node) is cst.Assign else (node,)
+            for target in targets:
+                if name in target_names(target.target):
+                    rebound = True
+        return not rebound
+
+    walk(function.body, on_visit)
+    return rebound
+
+
 def pins_memory(call: cst.Call) -> bool | None:
     """Does a ``DataLoader(...)`` call pin its batches: True for ``pin_memory=True``, False when
     the argument is absent (the default) or ``False``, None when it cannot be told (another value,
