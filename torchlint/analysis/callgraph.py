@@ -87,6 +87,14 @@ class Summaries:
                 found.append(summary)
         return tuple(found)
 
+    def external_bases(self, path: str, callee: str, scope: str | None) -> frozenset[str]:
+        """The qualified names of the bases outside the project of the class of the project that
+        ``callee`` means, its bases' included (see Resolver.external_bases)."""
+        path = os.path.abspath(path)
+        bases, consulted = self.resolver.external_bases(path, scope, callee)
+        self._asked.setdefault(path, set()).update(consulted)
+        return bases
+
     def resolve_call(self, path: str, callee: str, scope: str | None) -> FunctionSummary | None:
         """The transitive summary of what a call written as ``callee`` in ``scope`` calls."""
         resolved = self.resolve(path, callee, scope)

@@ -102,6 +102,33 @@ class Resolver:
             found = self._runs[key] = (targets, frozenset(consulted))
         return found
 
+    def external_bases(self, path: str, scope: str | None, name: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The qualified names of the bases outside the project (``torch.nn.DataParallel``) of the
+        class that ``name`` means (its dotted text read in function ``scope`` of file ``path``) and
+        of each of its bases of the project, as their modules import them; and the files read to
+        know. Empty when ``name`` is no class of the project, and for a base of a module that
+        imports nothing by its first name (a base defined by an assignment, a parameter)."""
+        key = ("external bases", path, scope, name)
+        found = self._class_facts.get(key)
+        if found is None:
+            consulted: set[str] = set()
+            value = self._object(path, scope, name, consulted, set())
+            bases: set[str] = set()
+            for class_path, class_name in (self._classes(value[1], value[2], consulted, set())
+                                           if value is not None and value[0] == _CLASS else ()):
+                module = self.modules.summary(class_path)
+                summary = module.classes[class_name]
+                for base in summary.bases:
+                    if self._object(class_path, summary.scope, base, consulted, set()) is not None:
+                        continue  # the project's (its own bases are in the list) or a module
+                    first, _, rest = base.partition(".")
+                    imported = module.scope.imports.get(first)
+                    qualified = imported.qualified if imported is not None else None
+                    if qualified is not None:
+                        bases.add(f"{qualified}.{rest}" if rest else qualified)
+            found = self._class_facts[key] = (frozenset(bases), frozenset(consulted))
+        return found
+
     def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:
         """What a dotted name means in a scope: a module, class, instance or function (a tuple
         whose first item says which), or None."""
