@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.modules import ProjectConvolution, ast_project_convolutions
+from torchlint.analysis.convolutions import ProjectConvolution, ast_project_convolutions
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.programs import ProjectTraining, ast_is_script, ast_project_training, ast_training_script
 from torchlint.fixes import module_setting

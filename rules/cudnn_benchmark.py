@@ -20,11 +20,14 @@ A model built in another module of the project counts as if the script defined i
 factory function of the project that the script calls (`UNet()`, `models.resnet20()`, a name that
 `from models import *` brings) or imports by name (`from .net import Net`), and that builds
 convolution layers itself or through the helpers, classes and base classes it calls in the
-project's code. The finding then names the file and line of one of them. A model of another
+project's code. A model looked up by name in a module of the project
+(`resnet.__dict__[args.arch]()`, `getattr(models, name)()`) counts when that module's `__all__`
+names only models that build convolutions; a module class whose own `forward` applies
+`F.conv2d` (StyleGAN2's modulated convolutions), when nothing the script names builds a
+convolution layer. The finding then names the file and line of one of them. A model of another
 package (`timm.create_model(...)`) is not the project's; an import that cannot be resolved, a
-model looked up by name at run time (`models.__dict__[args.arch]()`), convolutions called as
-functions (`F.conv2d`) and a training loop that runs in another package (`trainer.fit(...)` of
-Lightning) are not seen.
+lookup in a module without `__all__`, a function that applies `F.conv2d` to the data (a blur)
+and a training loop that runs in another package (`trainer.fit(...)` of Lightning) are not seen.
 
 ## Why is it slow
 

@@ -49,11 +49,17 @@ class Calls:
             return None
         return self._summaries().resolve(self.path, callee, self.scope())
 
-    def runs(self, name: str | Import, scope: str | None) -> tuple[FunctionSummary, ...]:
+    def runs(self, name: str | Import, scope: str | None, instance: bool = False) -> tuple[FunctionSummary, ...]:
         """What calling ``name`` runs (a dotted text read in function ``scope``, as ``scope_name``
         names it, or the name an import statement brings in): the transitive summaries of the
-        function, or of each ``__init__`` of a class and its bases (callgraph.Summaries.runs)."""
-        return self._summaries().runs(self.path, name, scope)
+        function, or of each ``__init__`` of a class and its bases, or with ``instance`` of what
+        calling an instance of the class runs (its ``forward``) (callgraph.Summaries.runs)."""
+        return self._summaries().runs(self.path, name, scope, instance)
+
+    def exports(self, name: str, scope: str | None) -> tuple[str, ...] | None:
+        """The names of ``__all__`` of the project's module that ``name`` means in function
+        ``scope`` (None: no module of the project, or no literal ``__all__``)."""
+        return self._summaries().exports(self.path, name, scope)
 
     def external_bases(self, call: cst.Call) -> frozenset[str]:
         """When ``call`` constructs a class of the project (``BalancedDataParallel(...)``), the
