@@ -11,8 +11,9 @@ import libcst as cst
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.modules import ProjectConvolution, ast_project_convolutions
-from torchlint.analysis.programs import ast_training_script
+from torchlint.analysis.convolutions import ProjectConvolution, ast_project_convolutions
+from torchlint.analysis.loops import ast_training_loop_lines
+from torchlint.analysis.programs import ProjectTraining, ast_is_script, ast_project_training, ast_training_script
 from torchlint.fixes import module_setting
 from torchlint.rule import Related, Rule
 
@@ -44,8 +45,12 @@ class WholeScriptRule(Rule):
         """The finding's message and related locations, once ``wanted`` said yes."""
         return self.message, ()
 
+    def training(self) -> cst.CSTNode | None:
+        """Where the script trains on CUDA, and the finding goes (Programs.cuda_training_script)."""
+        return self.ctx.programs.cuda_training_script()
+
     def leave_Module(self, original_node: cst.Module) -> None:
-        loop = self.ctx.programs.cuda_training_script()
+        loop = self.training()
         if loop is None or any(text in self.ctx.code for text in self.already_decided) or not self.wanted():
             return
         edit = module_setting(self.ctx, self.setting) if self.setting else None
@@ -63,22 +68,27 @@ class ConvolutionalScriptRule(WholeScriptRule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        # a convolution of the file or of a project module comes through an import either way
-        return may_train_on_cuda(text) and "import" in text
+        # a convolution of the file or of a project module comes through an import either way; the
+        # training (its `backward`) may run in the project's code (Programs.project_training)
+        return mentions_cuda(text) and "import" in text
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        if not super().precheck(index):
+        if not ast_is_script(index):
             return False
-        if any(trigger in index.source for trigger in cls.triggers):
+        trains_here = any(ast_training_loop_lines(index))
+        if trains_here and any(trigger in index.source for trigger in cls.triggers):
             return True  # the file may build them itself
         # the project's modules are read only for a script that qualifies otherwise (as
         # leave_Module and ``wanted`` read its code)
         code = index.code
         if not mentions_cuda(code) or any(text in code for text in cls.already_decided) or not cls.may_want(code):
             return False
-        found = ast_project_convolutions(index)
-        return bool(found) if cls.dimension is None else cls.dimension in found
+        if not any(trigger in index.source for trigger in cls.triggers):
+            found = ast_project_convolutions(index)
+            if not (found if cls.dimension is None else cls.dimension in found):
+                return False
+        return trains_here or ast_project_training(index)
 
     @classmethod
     def may_want(cls, code: str) -> bool:
@@ -89,6 +99,16 @@ class ConvolutionalScriptRule(WholeScriptRule):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.elsewhere: ProjectConvolution | None = None
+        self.trained_by: ProjectTraining | None = None
+
+    def training(self) -> cst.CSTNode | None:
+        """The script's first training loop, or else, for a script that qualifies otherwise, its
+        first call of the project's code that trains (Programs.project_training)."""
+        loop = super().training()
+        if loop is not None or any(text in self.ctx.code for text in self.already_decided) or not self.wanted():
+            return loop
+        self.trained_by = self.ctx.programs.project_training()
+        return self.trained_by.call if self.trained_by is not None else None
 
     def convolutional(self) -> bool:
         """Does the script build convolutions (of ``dimension``): in the file, or else through the
@@ -101,8 +121,15 @@ class ConvolutionalScriptRule(WholeScriptRule):
         return self.elsewhere is not None
 
     def explanation(self) -> tuple[str, tuple[Related, ...]]:
-        if self.elsewhere is None:
-            return self.message, ()
-        effect = self.elsewhere.effect
-        return (f"{self.message}; the convolutions are built by the project's `{self.elsewhere.name}` (`{effect.what}`, "
-                f"{where(effect)})", (related(effect, "a convolution of the model is built here"),))
+        message, places = self.message, []
+        if self.elsewhere is not None:
+            effect = self.elsewhere.effect
+            message += (f"; the convolutions are built by the project's `{self.elsewhere.name}` (`{effect.what}`, "
+                        f"{where(effect)})")
+            places.append(related(effect, "a convolution of the model is built here"))
+        if self.trained_by is not None:
+            effect = self.trained_by.backward
+            message += (f"; `{self.trained_by.name}(...)` here trains it in the project's code (`{effect.what}`, "
+                        f"{where(effect)})")
+            places.append(related(effect, "the training backpropagates here"))
+        return message, tuple(places)

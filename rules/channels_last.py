@@ -6,7 +6,9 @@ or in the project's module it imports the model from: see `cudnn-benchmark`) tha
 on CUDA with mixed precision (autocast, a `GradScaler`, or a half/bfloat16 model) and never use the
 channels-last memory format. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function), on its first training loop that running
-the file reaches (see `cudnn-benchmark`).
+the file reaches, or else on its first call of the project's code that trains (see
+`cudnn-benchmark`); the mixed precision is read from the script's text (`autocast`, `GradScaler`,
+`.half()`, `fp16`/`bf16` in an option's name).
 
 ## Why is it slow
 

@@ -10,17 +10,24 @@ should not change process-wide settings), on its first training loop (a loop tha
 `backward()`) that running the file reaches: a loop outside any function, or in a function or
 class that the reached code names (calls it, or passes it as `mp.spawn(main_worker, ...)` does),
 starting from the module's statements and its `__main__` block. A library module whose `__main__`
-block only samples does not run its `Trainer.train` loop.
+block only samples does not run its `Trainer.train` loop. A script whose own loops do not train,
+but that calls the project's code that does (`simclr.train(train_loader)`, `fit(model, loader)`
+imported from `engine`, or `model.train(loader)` where `model` is one of several trainer classes of
+the project and the `train` of each backpropagates), is reported at its first such call that
+running it reaches.
 
 A model built in another module of the project counts as if the script defined it: a class or
 factory function of the project that the script calls (`UNet()`, `models.resnet20()`, a name that
 `from models import *` brings) or imports by name (`from .net import Net`), and that builds
 convolution layers itself or through the helpers, classes and base classes it calls in the
-project's code. The finding then names the file and line of one of them. A model of another
+project's code. A model looked up by name in a module of the project
+(`resnet.__dict__[args.arch]()`, `getattr(models, name)()`) counts when that module's `__all__`
+names only models that build convolutions; a module class whose own `forward` applies
+`F.conv2d` (StyleGAN2's modulated convolutions), when nothing the script names builds a
+convolution layer. The finding then names the file and line of one of them. A model of another
 package (`timm.create_model(...)`) is not the project's; an import that cannot be resolved, a
-model looked up by name at run time (`models.__dict__[args.arch]()`), convolutions called as
-functions (`F.conv2d`) and a training loop that runs in another module (`trainer.fit(...)`) are
-not seen.
+lookup in a module without `__all__`, a function that applies `F.conv2d` to the data (a blur)
+and a training loop that runs in another package (`trainer.fit(...)` of Lightning) are not seen.
 
 ## Why is it slow
 

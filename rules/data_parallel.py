@@ -1,7 +1,13 @@
 """
 ## What it does
 
-Finds models wrapped in `torch.nn.DataParallel` (under any import alias). In a file that trains
+Finds models wrapped in `torch.nn.DataParallel` (under any import alias), or in a class of the
+project derived from it (`BalancedDataParallel(gpu0_bsz, model)`, defined in the file or in a
+project module it imports; reported without a fix, since its constructor takes other arguments).
+A `DataParallel` over one listed device (`device_ids=[0]`, `[args.gpu]`, or a parameter whose
+default is such a list, `gpu_ids=[0]`, that the function does not bind again) is not reported:
+DataParallel then calls the module itself on that device, and nothing runs in parallel; a caller
+that passes several devices to such a parameter is not seen. In a file that trains
 nothing, it says so: for inference the advice is one process per GPU (or one GPU), not DDP; but a
 helper that hands the wrapped model to its caller (returns it, or sets it on `self`, as a training
 library's `model_to_device` does) gets the DDP advice, since the caller trains it. A network put in
@@ -92,11 +98,14 @@ path.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
 
+from torchlint.analysis.calls import ast_external_bases
 from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, dataloader_argument,
                                     is_dataloader_call)
 from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, has_star_args, returns_of
@@ -136,6 +145,8 @@ class _Site:
     place: _Place | None
     evaluated: bool  # put in eval mode: `DataParallel(m).eval()`, or `.eval()` on the name bound to it
     leaves: bool  # given to the caller: returned, or set on `self`
+    one_device: bool  # `device_ids=[0]`: DataParallel then calls the module itself, on that device
+    subclass: str | None = None  # the project's class derived from DataParallel that the call builds
 
 
 @dataclass
@@ -159,7 +170,16 @@ class DataParallel(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return bool(index.calls_of(DATA_PARALLEL))
+        if index.calls_of(DATA_PARALLEL):
+            return True
+        # a class of the project derived from DataParallel (see Calls.external_bases)
+        if not index.project_mentions("DataParallel"):
+            return False
+        for call in index.nodes(ast.Call):
+            bases = ast_external_bases(index, call)
+            if bases is None or DATA_PARALLEL & bases:
+                return True
+        return False
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -171,6 +191,8 @@ class DataParallel(Rule):
         qualified = self.ctx.qualified_name(node.func)
         if qualified in DATA_PARALLEL:
             self.sites.append(self._site(node))
+        elif self._project_subclasses and DATA_PARALLEL & self.ctx.calls.external_bases(node):
+            self.sites.append(self._site(node, dotted_name(node.func)))
         elif qualified in DISTRIBUTED_DATA_PARALLEL:
             self.uses_ddp = True
         elif is_dataloader_call(node, self.ctx.bindings):
@@ -182,6 +204,12 @@ class DataParallel(Rule):
                 isinstance(sampler, cst.Call) and self.ctx.qualified_name(sampler.func) in DISTRIBUTED_SAMPLERS)
             self.loaders.append(_Loader(node, self._place(), trains, sharded, self._shard(node) if trains else None))
 
+    @cached_property
+    def _project_subclasses(self) -> bool:
+        """May a call of the file build a class of the project derived from DataParallel
+        (``BalancedDataParallel``)? Only where the project's code it imports names DataParallel."""
+        return self.ctx.calls.mentions("DataParallel")
+
     def leave_Module(self, original_node: cst.Module) -> None:
         training = bool(self.ctx.loops.training_loops) or any(loader.trains for loader in self.loaders)
         # the DDP calls TL501's fix wrote do not make a DDP path of the script's own
@@ -189,6 +217,14 @@ class DataParallel(Rule):
         for site in self.sites:
             if site.evaluated and "backward" not in self.ctx.code:
                 continue  # a network for inference only (FID's Inception): there is no training to move to DDP
+            if site.one_device:
+                continue  # over one device DataParallel runs the module as it is: nothing is parallel
+            if site.subclass is not None:
+                self.report(site.call, f"`{site.subclass}` derives from `DataParallel`, which drives every GPU from "
+                                       "one process and is slower than `DistributedDataParallel` even on one "
+                                       "machine; use DDP launched by torchrun, with a `DistributedSampler` for the "
+                                       "training data")
+                continue
             if not training and site.leaves:
                 # a helper that wraps the caller's model (`model_to_device`): the training is elsewhere
                 self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
@@ -208,7 +244,7 @@ class DataParallel(Rule):
                                        "torchrun, with a `DistributedSampler` for the training data",
                             self._fix(site))
 
-    def _site(self, call: cst.Call) -> _Site:
+    def _site(self, call: cst.Call, subclass: str | None = None) -> _Site:
         """The call, with what the code does with the module it wraps: the chain of methods on it
         (`.eval().to(device)`), the name that chain is bound to, and whether it leaves the function."""
         ancestors = self.ctx.ancestors
@@ -232,7 +268,9 @@ class DataParallel(Rule):
             leaves = function is not None and any(
                 returned.value is not None and dotted_name(returned.value) == bound
                 for returned in returns_of(function))
-        return _Site(call, self._place(), evaluated, leaves)
+        devices = find_keyword(call, "device_ids") if subclass else find_argument(call, "device_ids", 1)
+        one_device = devices is not None and self.ctx.devices.one_device(devices.value, self.ctx.enclosing_function())
+        return _Site(call, self._place(), evaluated, leaves, one_device, subclass)
 
     def _place(self) -> _Place | None:
         position = self.ctx.statement_position()

@@ -18,7 +18,8 @@ from torchlint import engine
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.calls import Calls
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.modules import Modules, ast_project_convolutions
+from torchlint.analysis.convolutions import ast_project_convolutions
+from torchlint.analysis.modules import Modules
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.summaries import Import
 from torchlint.config import resolve_settings
@@ -192,6 +193,67 @@ CASES = {
             pass
         """, "train.py": "from a import A\nfrom b import B\nmodel = B()\n"},
         {2: "A -> a.py:7 nn.Conv2d(1, 1, 1)"}),
+    "forward-applies-a-functional-convolution": ({"ops.py": """
+        import torch.nn.functional as F
+
+
+        def conv2d(x, weight):
+            return F.conv2d(x, weight)
+        """, "model.py": """
+        import torch
+        import torch.nn as nn
+        import ops
+
+
+        class ModulatedConv(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(8, 3, 3, 3))
+
+            def forward(self, x):
+                return ops.conv2d(x, self.weight)
+
+
+        class Generator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = ModulatedConv()
+
+            def forward(self, x):
+                return self.conv(x)
+        """, "train.py": "from model import Generator\nfrom swagan import Generator\nmodel = Generator()\n"},
+        {2: "Generator -> ops.py:5 F.conv2d(x, weight)"}),
+    "a-function-that-applies-a-convolution-builds-none": ({"ops.py": """
+        import torch.nn.functional as F
+
+
+        def blur(x, kernel):
+            return F.conv2d(x, kernel)
+        """, "train.py": "from ops import blur\nimages = blur(images, kernel)\n"}, {}),
+    "looked-up-by-name-in-a-module-whose-all-builds-convolutions": ({"resnet.py": """
+        import torch.nn as nn
+        __all__ = ["ResNet", "resnet20"]
+
+
+        class ResNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 16, 3)
+
+
+        def resnet20():
+            return ResNet()
+
+
+        def test(net):
+            return sum(p.numel() for p in net.parameters())
+        """, "train.py": "import resnet\nmodel = resnet.__dict__[args.arch]()\n"},
+        {2: "resnet -> resnet.py:8 nn.Conv2d(3, 16, 3)"}),
+    "looked-up-by-name-in-a-module-with-an-mlp": ({"models.py": MODELS.replace(
+        "import torch.nn as nn", "import torch.nn as nn\n    __all__ = ['Net', 'MLP']"),
+        "train.py": "import models\nmodel = getattr(models, args.arch)()\n"}, {}),
+    "looked-up-by-name-in-a-module-without-all": ({"models.py": MODELS,
+        "train.py": "import models\nmodel = models.__dict__[args.arch]()\n"}, {}),
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from torchlint.analysis.resolution import ModuleSource, Resolver, Target
 from torchlint.analysis.summaries import (
-    GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Convolution, Effect, FunctionSummary,
+    GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, FunctionSummary,
     Import, Keep, Layer, ModeCall, Operand, Returned, Sync, detached, union,
 )
 
@@ -71,12 +71,14 @@ class Summaries:
         asked |= self._depends.get(target.key, frozenset())
         return None if summary is None else Resolved(summary, target.bound, target.constructor)
 
-    def runs(self, path: str, name: str | Import, scope: str | None = None) -> tuple[FunctionSummary, ...]:
+    def runs(self, path: str, name: str | Import, scope: str | None = None,
+             instance: bool = False) -> tuple[FunctionSummary, ...]:
         """The transitive summaries of what calling ``name`` runs (a dotted text read in
         ``scope``, or the name an import statement brings in; see Resolver.runs): a function's,
-        or the ``__init__`` of each class of the project a class derives from; empty when unknown."""
+        or the ``__init__`` of each class of the project a class derives from (with ``instance``:
+        what calling an instance of the class runs, its ``forward``); empty when unknown."""
         path = os.path.abspath(path)
-        targets, consulted = self.resolver.runs(path, scope, name)
+        targets, consulted = self.resolver.runs(path, scope, name, instance)
         asked = self._asked.setdefault(path, set())
         asked |= consulted
         found = []
@@ -86,6 +88,21 @@ class Summaries:
             if summary is not None:
                 found.append(summary)
         return tuple(found)
+
+    def exports(self, path: str, name: str, scope: str | None = None) -> tuple[str, ...] | None:
+        """The names of ``__all__`` of the project's module ``name`` means (Resolver.exports)."""
+        path = os.path.abspath(path)
+        names, consulted = self.resolver.exports(path, scope, name)
+        self._asked.setdefault(path, set()).update(consulted)
+        return names
+
+    def external_bases(self, path: str, callee: str, scope: str | None) -> frozenset[str]:
+        """The qualified names of the bases outside the project of the class of the project that
+        ``callee`` means, its bases' included (see Resolver.external_bases)."""
+        path = os.path.abspath(path)
+        bases, consulted = self.resolver.external_bases(path, scope, callee)
+        self._asked.setdefault(path, set()).update(consulted)
+        return bases
 
     def resolve_call(self, path: str, callee: str, scope: str | None) -> FunctionSummary | None:
         """The transitive summary of what a call written as ``callee`` in ``scope`` calls."""
@@ -330,7 +347,7 @@ class _Facts:
         self.autograd: dict = {}
         self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
         self.builds: set[str] = set()
-        self.convolutions: dict = {}  # dimension -> (Convolution, its effect)
+        self.convolutions: dict = {}  # (dimension, functional) -> (Convolution, its effect)
 
     def sync(self, sync: Sync, effect: Effect, reads: tuple[Operand, ...]) -> None:
         """One sync a place, reading whatever any path to it reads, reached by the shortest chain."""
@@ -367,7 +384,8 @@ class _Facts:
             self.mode(call, (call.effect.line, call.effect.column))
         self.builds.update(local.builds)
         for convolution in local.convolutions:
-            _shorter(self.convolutions, convolution.dimension, convolution, convolution.effect)
+            _shorter(self.convolutions, (convolution.dimension, convolution.functional), convolution,
+                     convolution.effect)
 
     def add_callee(self, binding: _Binding) -> None:
         site, callee = binding.site, binding.callee
@@ -392,7 +410,8 @@ class _Facts:
         self.builds.update(callee.builds)
         for convolution in callee.convolutions:
             effect = convolution.effect.through(via)
-            _shorter(self.convolutions, convolution.dimension, Convolution(convolution.dimension, effect), effect)
+            _shorter(self.convolutions, (convolution.dimension, convolution.functional),
+                     replace(convolution, effect=effect), effect)
         for call in callee.mode_calls:
             receiver = binding.receiver(call.receiver)
             if receiver is not None:
@@ -422,7 +441,7 @@ def _signature(summary: FunctionSummary) -> tuple:
         frozenset(where(e) for e in summary.autograd),
         frozenset((m.receiver, m.mode, where(m.effect)) for m in summary.mode_calls),
         summary.builds,
-        frozenset((c.dimension, where(c.effect)) for c in summary.convolutions),
+        frozenset((c.dimension, c.functional, where(c.effect)) for c in summary.convolutions),
         tuple((tuple(op.key for op in r.value), where(r.layer and r.layer.effect), r.layer and r.layer.bias,
                where(r.factory and r.factory.effect), where(r.forward)) for r in summary.returns),
     )

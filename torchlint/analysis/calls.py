@@ -49,11 +49,24 @@ class Calls:
             return None
         return self._summaries().resolve(self.path, callee, self.scope())
 
-    def runs(self, name: str | Import, scope: str | None) -> tuple[FunctionSummary, ...]:
+    def runs(self, name: str | Import, scope: str | None, instance: bool = False) -> tuple[FunctionSummary, ...]:
         """What calling ``name`` runs (a dotted text read in function ``scope``, as ``scope_name``
         names it, or the name an import statement brings in): the transitive summaries of the
-        function, or of each ``__init__`` of a class and its bases (callgraph.Summaries.runs)."""
-        return self._summaries().runs(self.path, name, scope)
+        function, or of each ``__init__`` of a class and its bases, or with ``instance`` of what
+        calling an instance of the class runs (its ``forward``) (callgraph.Summaries.runs)."""
+        return self._summaries().runs(self.path, name, scope, instance)
+
+    def exports(self, name: str, scope: str | None) -> tuple[str, ...] | None:
+        """The names of ``__all__`` of the project's module that ``name`` means in function
+        ``scope`` (None: no module of the project, or no literal ``__all__``)."""
+        return self._summaries().exports(self.path, name, scope)
+
+    def external_bases(self, call: cst.Call) -> frozenset[str]:
+        """When ``call`` constructs a class of the project (``BalancedDataParallel(...)``), the
+        qualified names of the bases outside the project that it and its bases of the project
+        derive from (``torch.nn.parallel.DataParallel``); empty otherwise."""
+        callee = dotted_name(call.func)
+        return frozenset() if callee is None else self._summaries().external_bases(self.path, callee, self.scope())
 
     def mentions(self, word: str) -> bool:
         """Could a call in the file reach project code that contains ``word`` (one of
@@ -92,3 +105,13 @@ def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | No
     if summaries is None:
         return None
     return summaries.resolve_call(index.path, callee, index.scope_of(call))
+
+
+def ast_external_bases(index: SyntaxIndex, call: ast.Call) -> frozenset[str] | None:
+    """The precheck twin of ``Calls.external_bases``; None when the index knows no project (a
+    precheck may then only assume any base)."""
+    callee = ast_dotted_name(call.func)
+    summaries = index.project_summaries()
+    if summaries is None:
+        return None
+    return frozenset() if callee is None else summaries.external_bases(index.path, callee, index.scope_of(call))

@@ -221,6 +221,20 @@ class Devices:
         visit(tree, finder)
         return finder.found
 
+    def one_device(self, expr: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+        """Does a list of devices (``device_ids=``) name exactly one: a list or tuple display of
+        one element (``[0]``, ``[args.gpu]``), or a parameter of ``function`` that takes such a
+        display as its default and is not bound again in the function (``gpu_ids=[0]``: what the
+        function does when its caller does not choose)?"""
+        if isinstance(expr, cst.Name) and function is not None \
+                and len(self.bindings.scope(function).assigned.get(expr.value) or ()) <= 1:  # the parameter's own
+            params = function.params
+            default = next((param.default for param in (*params.posonly_params, *params.params, *params.kwonly_params)
+                            if param.name.value == expr.value), None)
+            expr = default if default is not None else expr
+        return isinstance(expr, (cst.List, cst.Tuple)) and len(expr.elements) == 1 \
+            and isinstance(expr.elements[0], cst.Element)
+
 
 # --- the same questions on CPython's tree, for the prechecks ---------------------------------------------
 

@@ -177,6 +177,15 @@ def index_class(module: ModuleSummary, node: ast.ClassDef, qualname: str, scope:
     module.classes[qualname] = ClassSummary(qualname, node.lineno, bases, methods, scope)
 
 
+def _literal_names(value: ast.AST) -> tuple[str, ...] | None:
+    """``("a", "b")`` for ``["a", "b"]`` or ``("a", "b")``; None for anything else."""
+    if type(value) not in (ast.List, ast.Tuple):
+        return None
+    names = tuple(element.value for element in value.elts
+                  if type(element) is ast.Constant and type(element.value) is str)
+    return names if len(names) == len(value.elts) else None
+
+
 def index_module(tree: ast.Module, source: str, path: str, summarizer) -> ModuleSummary:
     """A file's index: its imports, classes and module-level names, read without entering
     function bodies; ``summarizer(module, def, qualname, class, text)`` summarizes a function
@@ -195,10 +204,14 @@ def index_module(tree: ast.Module, source: str, path: str, summarizer) -> Module
         elif kind is ast.Assign:
             for target in statement.targets:
                 names.bind_targets(target, statement.value)
+                if type(target) is ast.Name and target.id == "__all__":
+                    module.exports = _literal_names(statement.value)
         elif kind is ast.AnnAssign:
             names.bind_targets(statement.target, statement.value)
         elif kind is ast.AugAssign or kind is ast.For or kind is ast.AsyncFor:
             names.bind_targets(statement.target)
+            if type(statement.target) is ast.Name and statement.target.id == "__all__":
+                module.exports = None  # `__all__ += other.__all__`: not all of it is known
         elif kind is ast.With or kind is ast.AsyncWith:
             for item in statement.items:
                 if item.optional_vars is not None:

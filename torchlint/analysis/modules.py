@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
+from torchlint.analysis.convolutions import ProjectConvolution, project_convolutions
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.frameworks import LIGHTNING_MODULE_PATHS, lightning_names
-from torchlint.analysis.summaries import Effect, Import
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, function_parameters, scope_name
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, function_parameters
 from torchlint.analysis.walk import visit, walk
 
 if TYPE_CHECKING:
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 CONVOLUTIONS = {f"torch.nn.{module}{kind}{dim}d": dim for module in ("", "modules.conv.")
                 for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose") for dim in (1, 2, 3)}
+# The functions that apply a convolution (cuDNN's, on CUDA): what a layer's own forward calls
+FUNCTIONAL_CONVOLUTIONS = {f"torch.{module}{kind}{dim}d": dim for module in ("", "nn.functional.")
+                           for kind in ("conv", "conv_transpose") for dim in (1, 2, 3)}
 
 
 # Parts of ``torch.nn`` whose capitalized names are not layers (``torch.nn.utils.rnn.PackedSequence``,
@@ -82,6 +85,12 @@ def convolution_dimension(qualified: str | None) -> int | None:
     if qualified.startswith("torchvision.models."):
         return 2
     return CONVOLUTIONS.get(qualified)
+
+
+def functional_convolution_dimension(qualified: str | None) -> int | None:
+    """1, 2 or 3 for ``torch.nn.functional.conv2d`` and the other functions that apply a
+    convolution (``conv_transpose2d``, ``torch.conv3d``); else None."""
+    return FUNCTIONAL_CONVOLUTIONS.get(qualified) if qualified is not None else None
 
 
 def is_module_root(qualified: str) -> bool:
@@ -295,106 +304,8 @@ class Modules:
     @cached_property
     def project_convolutions(self) -> dict[int, ProjectConvolution]:
         """The convolutions that the project's own modules build for this file, one of each
-        dimension (see convolution_dimension), each where it is built (in whichever file): those
-        of what the file calls (``Net()``, ``models.build(cfg)``, through ``from models import *``
-        too) or imports by name (``from .net import Net``) that is the project's, as the
-        summaries resolve it (callgraph.Summaries.runs: a class's ``__init__`` and its bases', with
-        the helpers and classes they call). A name of another package, an import that is not
-        found or a call nothing resolves adds nothing; nothing is resolved at all when no module
-        the file imports, transitively, has ``CONVOLUTION_WORDS`` in its text (Calls.mentions)."""
-        if self._calls is None:
-            return {}
-        calls = self._calls()
-        if not any(calls.mentions(word) for word in CONVOLUTION_WORDS):
-            return {}
-        found: dict[int, ProjectConvolution] = {}
-        for name, scope in _called_and_imported(self.module):
-            for summary in calls.runs(name, scope):
-                for convolution in summary.convolutions:
-                    if convolution.dimension not in found:
-                        what = name if isinstance(name, str) else name.name
-                        found[convolution.dimension] = ProjectConvolution(what, convolution.effect)
-            if len(found) == 3:
-                break
-        return found
-
-
-# What the text of code that builds a convolution contains (``nn.Conv2d``, ``torchvision.models``):
-# project.WORDS, the cheap gate before the summaries are asked.
-CONVOLUTION_WORDS = ("Conv", "torchvision")
-ALL_DIMENSIONS = frozenset({1, 2, 3})
-
-
-@dataclass(frozen=True)
-class ProjectConvolution:
-    """A convolution that the project's code builds for a file: ``name``, what the file calls or
-    imports (``UNet``, ``models.resnet20``), and ``effect``, where the convolution is built."""
-
-    name: str
-    effect: Effect
-
-
-def _called_and_imported(module: cst.Module) -> list[tuple[str | Import, str | None]]:
-    """What the file calls (each dotted callee with the function it is read in, as the summaries
-    name it: syntax.scope_name) and the names its ``from ... import`` statements bring in, in the
-    order of the text, each once."""
-    found: dict[tuple[str | Import, str | None], None] = {}
-    scopes: list[cst.CSTNode] = []
-
-    def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            scopes.append(node)
-        elif isinstance(node, cst.Call):
-            callee = dotted_name(node.func)
-            if callee is not None:
-                found.setdefault((callee, scope_name(scopes)), None)
-        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-            base = dotted_name(node.module) if node.module is not None else ""
-            for alias in node.names:
-                name = dotted_name(alias.name)
-                if base is not None and name is not None:
-                    found.setdefault((Import(base, name, len(node.relative)), None), None)
-        return True
-
-    def on_leave(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            scopes.pop()
-
-    walk(module, on_visit, on_leave)
-    return list(found)
-
-
-def ast_project_convolutions(index: SyntaxIndex) -> frozenset[int]:
-    """The precheck twin of ``Modules.project_convolutions``: the dimensions of the convolutions
-    that what the file calls or imports by name builds in the project's modules; all three when
-    the index knows no project (a precheck may only say no when it is sure)."""
-    def compute() -> frozenset[int]:
-        summaries = index.project_summaries()
-        if summaries is None:
-            return ALL_DIMENSIONS
-        if not any(index.project_mentions(word) for word in CONVOLUTION_WORDS):
-            return frozenset()
-        found: set[int] = set()
-        for name, scope in _ast_called_and_imported(index):
-            for summary in summaries.runs(index.path, name, scope):
-                found.update(convolution.dimension for convolution in summary.convolutions)
-            if len(found) == 3:
-                break
-        return frozenset(found)
-    return index.memo("project-convolutions", compute)
-
-
-def _ast_called_and_imported(index: SyntaxIndex) -> list[tuple[str | Import, str | None]]:
-    found: dict[tuple[str | Import, str | None], None] = {}
-    for node in index.nodes(ast.Call):
-        callee = ast_dotted_name(node.func)
-        if callee is not None:
-            found.setdefault((callee, index.scope_of(node)), None)
-    for node in index.nodes(ast.ImportFrom):
-        for alias in node.names:
-            if alias.name != "*":
-                found.setdefault((Import(node.module or "", alias.name, node.level), None), None)
-    return list(found)
+        dimension (convolutions.project_convolutions)."""
+        return project_convolutions(self.module, self._calls)
 
 
 def ast_module_classes(index: SyntaxIndex) -> frozenset[str]:

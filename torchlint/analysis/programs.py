@@ -3,24 +3,45 @@ a CUDA training script, or test code (where performance advice does not apply)."
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
-from torchlint.analysis.syntax import dotted_name, is_main_guard
+from torchlint.analysis.summaries import Effect, FunctionSummary
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_main_guard, is_literal, scope_name
 from torchlint.analysis.walk import flat, walk
+
+if TYPE_CHECKING:
+    from torchlint.analysis.calls import Calls
+
+
+@dataclass(frozen=True)
+class ProjectTraining:
+    """A call of the script that trains in the project's code (``simclr.train(loader)``): the
+    call, what it calls (``SimCLR.train``) and where that code backpropagates."""
+
+    call: cst.Call
+    name: str
+    backward: Effect
 
 
 class Programs:
     def __init__(self, path: str, code: Callable[[], str], module: cst.Module, loops: Loops, root: Path | None,
-                 ancestors: list[cst.CSTNode]):
+                 ancestors: list[cst.CSTNode], bindings: Bindings | None = None,
+                 calls: Callable[[], Calls] | None = None):
         self.path = path
+        self.bindings = bindings
+        self._calls = calls  # what a call of the project's code does (built when first asked)
         self._code = code  # the source without comments and docstrings
         self.module = module
         self.loops = loops
@@ -62,8 +83,64 @@ class Programs:
             return next((loop for loop in loops if self.runs(loop)), None)
         return None
 
+    def project_training(self) -> ProjectTraining | None:
+        """In a script (see ``is_script``) that names CUDA, the first call that running it reaches
+        (see ``runs``) of the project's code that trains: a function or method of the project
+        whose code, or what it calls, runs ``backward`` (``simclr.train(train_loader)``,
+        ``train(args, model)`` imported from ``engine``). ``model.train(loader)`` on a name bound
+        to instances of several classes of the project (``model = DCGAN(args)`` in one branch,
+        ``model = WGAN(args)`` in another, ``None`` before) trains when the method of each trains.
+        Where whole-script rules report when the script's own loops do not train."""
+        if self._calls is None or self.bindings is None or not self.is_script or not mentions_cuda(self._code()):
+            return None
+        calls = self._calls()
+        if not calls.mentions("backward"):
+            return None
+        found: list[ProjectTraining] = []
+        scopes: list[cst.CSTNode] = []
+
+        def on_visit(node: cst.CSTNode) -> bool:
+            if found:
+                return False
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                scopes.append(node)
+            elif isinstance(node, cst.Call) and self.runs(node):
+                training = self._trains(node, scopes, calls)
+                if training is not None:
+                    found.append(training)
+                    return False
+            return True
+
+        def on_leave(node: cst.CSTNode) -> None:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                scopes.pop()
+
+        walk(self.module, on_visit, on_leave)
+        return found[0] if found else None
+
+    def _trains(self, call: cst.Call, scopes: list[cst.CSTNode], calls: Calls) -> ProjectTraining | None:
+        callee = dotted_name(call.func)
+        if callee is None:
+            return None
+        scope = scope_name(scopes)
+        backward = _backward(calls.runs(callee, scope))
+        if backward is not None:
+            return ProjectTraining(call, callee, backward)
+        name, _, method = callee.partition(".")
+        if not method or "." in method:
+            return None
+        values, parameter = self.bindings.values_at(name, list(reversed(scopes)))
+        values = [value for value in values if not is_literal(value, None)]  # `model = None` first
+        if parameter or len(values) < 2:
+            return None  # bound once, the resolver has answered
+        classes = [dotted_name(value.func) if isinstance(value, cst.Call) else None for value in values]
+        backwards = [_backward(calls.runs(f"{cls}.{method}", scope)) if cls is not None else None for cls in classes]
+        if any(found is None for found in backwards):
+            return None
+        return ProjectTraining(call, callee, backwards[0])
+
     def runs(self, loop: cst.CSTNode) -> bool:
-        """Can running the file as a program reach this loop? Code outside any function can; code
+        """Can running the file as a program reach this loop (or call)? Code outside any function can; code
         in a function or class only when the file names it (calls it, passes it as
         ``mp.spawn(main_worker)`` does, or names one of its methods) from code that is reached,
         starting from the module's own statements and the ``__main__`` block. A library module's
@@ -91,7 +168,7 @@ class Programs:
             kind = type(node)
             if kind is name_type:
                 names[stack[-1][1]].add(node.value)
-            elif kind in loop_types:
+            elif kind in loop_types or kind is cst.Call:
                 enclosing[id(node)] = tuple(scope for _, scope, _ in stack[1:])
             elif kind is cst.FunctionDef or kind is cst.ClassDef:
                 scope, in_class = stack[-1][1], stack[-1][2]
@@ -178,3 +255,30 @@ def ast_is_script(index: SyntaxIndex) -> bool:
 def ast_training_script(index: SyntaxIndex) -> bool:
     """A training loop, in a file that may run as a program."""
     return any(ast_training_loop_lines(index)) and ast_is_script(index)
+
+
+def _backward(summaries: tuple[FunctionSummary, ...]) -> Effect | None:
+    return next((summary.backward[0] for summary in summaries if summary.backward), None)
+
+
+def ast_project_training(index: SyntaxIndex) -> bool:
+    """The precheck twin of ``Programs.project_training``, looser: a call of the file that may
+    train in the project's code (``a.m(...)`` also as ``C.m`` for any ``C(...)`` the file assigns
+    to ``a``); True when the index knows no project."""
+    summaries = index.project_summaries()
+    if summaries is None:
+        return True
+    if not index.project_mentions("backward"):
+        return False
+    values = ast_values(index)
+    for call in index.nodes(ast.Call):
+        callee = ast_dotted_name(call.func)
+        if callee is None:
+            continue
+        scope = index.scope_of(call)
+        name, _, method = callee.partition(".")
+        candidates = [callee] + [f"{cls}.{method}" for value in values.get(name, ()) if method and "." not in method
+                                 and type(value) is ast.Call and (cls := ast_dotted_name(value.func)) is not None]
+        if any(_backward(summaries.runs(index.path, candidate, scope)) for candidate in candidates):
+            return True
+    return False

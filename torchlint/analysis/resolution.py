@@ -78,13 +78,15 @@ class Resolver:
                                                          consulted), frozenset(consulted))
         return found
 
-    def runs(self, path: str, scope: str | None, name: str | Import) -> tuple[tuple[Target, ...], frozenset[str]]:
+    def runs(self, path: str, scope: str | None, name: str | Import,
+             instance: bool = False) -> tuple[tuple[Target, ...], frozenset[str]]:
         """What calling ``name`` runs (its dotted text read in function ``scope`` of file ``path``,
         or the name an import statement of the file brings in, whatever else the file binds to
         it), and the files read to know: the function it calls; for a class, the ``__init__`` of
         every class of the project in its method resolution order (``super().__init__()`` runs
-        its bases'), not only the first; nothing when unresolved."""
-        key = (path, scope, name)
+        its bases'), not only the first, or with ``instance``, what calling an instance of it
+        runs (its ``__call__``, else its ``forward``; nothing for a function); nothing when unresolved."""
+        key = (path, scope, name, instance)
         found = self._runs.get(key)
         if found is None:
             consulted: set[str] = set()
@@ -92,7 +94,11 @@ class Resolver:
                 value = self._import(path, name, consulted, set())
             else:
                 value = self._object(path, scope, name, consulted, set())
-            if value is not None and value[0] == _CLASS:
+            if instance:  # a class's instances only
+                target = self._callable((_INSTANCE, value[1], value[2]), consulted) \
+                    if value is not None and value[0] == _CLASS else None
+                targets = () if target is None else (target,)
+            elif value is not None and value[0] == _CLASS:
                 targets = tuple(Target(class_path, f"{class_name}.__init__", True, True) for class_path, class_name
                                 in self._classes(value[1], value[2], consulted, set())
                                 if "__init__" in self.modules.summary(class_path).classes[class_name].methods)
@@ -100,6 +106,42 @@ class Resolver:
                 target = self._callable(value, consulted)
                 targets = () if target is None else (target,)
             found = self._runs[key] = (targets, frozenset(consulted))
+        return found
+
+    def exports(self, path: str, scope: str | None, name: str) -> tuple[tuple[str, ...] | None, frozenset[str]]:
+        """The names of ``__all__`` of the project's module that ``name`` means (``import resnet``:
+        ``resnet``), and the files read to know; None when it is no module of the project or
+        declares no literal ``__all__``."""
+        consulted: set[str] = set()
+        value = self._object(path, scope, name, consulted, set())
+        module = self._module(value[1], consulted) if value is not None and value[0] == _MODULE else None
+        return (module.exports if module is not None else None), frozenset(consulted)
+
+    def external_bases(self, path: str, scope: str | None, name: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The qualified names of the bases outside the project (``torch.nn.DataParallel``) of the
+        class that ``name`` means (its dotted text read in function ``scope`` of file ``path``) and
+        of each of its bases of the project, as their modules import them; and the files read to
+        know. Empty when ``name`` is no class of the project, and for a base of a module that
+        imports nothing by its first name (a base defined by an assignment, a parameter)."""
+        key = ("external bases", path, scope, name)
+        found = self._class_facts.get(key)
+        if found is None:
+            consulted: set[str] = set()
+            value = self._object(path, scope, name, consulted, set())
+            bases: set[str] = set()
+            for class_path, class_name in (self._classes(value[1], value[2], consulted, set())
+                                           if value is not None and value[0] == _CLASS else ()):
+                module = self.modules.summary(class_path)
+                summary = module.classes[class_name]
+                for base in summary.bases:
+                    if self._object(class_path, summary.scope, base, consulted, set()) is not None:
+                        continue  # the project's (its own bases are in the list) or a module
+                    first, _, rest = base.partition(".")
+                    imported = module.scope.imports.get(first)
+                    qualified = imported.qualified if imported is not None else None
+                    if qualified is not None:
+                        bases.add(f"{qualified}.{rest}" if rest else qualified)
+            found = self._class_facts[key] = (frozenset(bases), frozenset(consulted))
         return found
 
     def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:

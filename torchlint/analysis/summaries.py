@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 5
+SUMMARY_VERSION = 6
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -161,10 +161,13 @@ class Layer:
 @dataclass(frozen=True)
 class Convolution:
     """A convolution built: an ``nn.Conv1d/2d/3d`` (transposed and lazy forms too), or a
-    ``torchvision.models`` network (2-D convolutions); ``dimension`` 1, 2 or 3."""
+    ``torchvision.models`` network (2-D convolutions); or, ``functional``, one applied by a
+    function (``F.conv2d(x, weight)``, as a layer's ``forward`` of its own does); ``dimension`` 1,
+    2 or 3."""
 
     dimension: int
     effect: Effect
+    functional: bool = False
 
 
 @dataclass(frozen=True)
@@ -367,14 +370,17 @@ _FUNCTIONS = dict[str, FunctionSummary]
 
 
 class ModuleSummary:
-    """One file's index (imports, classes, module-level names) and its functions' local
-    summaries. Built by function_facts.summarize_module, which leaves each function to be
-    summarized on first request (``summarizer``), or read back from JSON complete."""
+    """One file's index (imports, classes, module-level names, ``exports``: the names of its
+    ``__all__`` when it assigns one a literal list or tuple of strings, else None) and its
+    functions' local summaries. Built by function_facts.summarize_module, which leaves each
+    function to be summarized on first request (``summarizer``), or read back from JSON complete."""
 
     def __init__(self, path: str, scope: Scope, star_imports: tuple[Import, ...], classes: dict[str, ClassSummary],
                  functions: dict[str, FunctionSummary] | None = None,
-                 summarizer: typing.Callable[[ModuleSummary, ast.AST, str, str | None], FunctionSummary] | None = None):
+                 summarizer: typing.Callable[[ModuleSummary, ast.AST, str, str | None], FunctionSummary] | None = None,
+                 exports: tuple[str, ...] | None = None):
         self.path = path
+        self.exports = exports
         self.scope = scope
         self.star_imports = star_imports
         self.classes = classes
@@ -455,12 +461,15 @@ class ModuleSummary:
     def to_json(self) -> dict:
         self.summarize_all()
         return {"path": self.path, "scope": encode(self.scope), "star_imports": encode(self.star_imports, _IMPORTS),
-                "classes": encode(self.classes, _CLASSES), "functions": encode(self.functions, _FUNCTIONS)}
+                "classes": encode(self.classes, _CLASSES), "functions": encode(self.functions, _FUNCTIONS),
+                "exports": None if self.exports is None else list(self.exports)}
 
     @classmethod
     def from_json(cls, data: dict) -> ModuleSummary:
+        exports = data["exports"]
         return cls(_checked(data["path"], str), decode(Scope, data["scope"]), decode(_IMPORTS, data["star_imports"]),
-                   decode(_CLASSES, data["classes"]), decode(_FUNCTIONS, data["functions"]))
+                   decode(_CLASSES, data["classes"]), decode(_FUNCTIONS, data["functions"]),
+                   exports=None if exports is None else tuple(_checked(name, str) for name in _checked(exports, list)))
 
 
 # --- JSON ----------------------------------------------------------------------------------------

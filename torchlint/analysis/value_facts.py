@@ -19,7 +19,7 @@ from torchlint.analysis.summaries import (
 )
 from torchlint.analysis.devices import TENSOR_FACTORIES
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
-from torchlint.analysis.modules import convolution_dimension
+from torchlint.analysis.modules import convolution_dimension, functional_convolution_dimension
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
@@ -112,7 +112,7 @@ class WalkerState:
         self.self_attributes: dict[str, str] = {}
         self.generator = False
         self.builds: set[str] = set()
-        self.convolutions: dict[int, Convolution] = {}  # the first of each dimension
+        self.convolutions: dict[tuple[int, bool], Convolution] = {}  # the first of each dimension, built or applied
         self._parameters(node.args)
         self.grad_mode = self._decorated_grad_mode()
         if self.grad_mode == "disabled":
@@ -492,11 +492,13 @@ class ExpressionFacts(WalkerState):
         return self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
 
     def _convolution(self, node: ast.Call, qualified: str | None) -> None:
-        """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built (the first
-        of its dimension is kept)."""
-        dimension = convolution_dimension(qualified)
-        if dimension is not None and dimension not in self.convolutions:
-            self.convolutions[dimension] = Convolution(dimension, self._effect(node))
+        """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built;
+        ``F.conv2d(x, w)``: one applied (the first of each dimension and kind is kept)."""
+        dimension, functional = convolution_dimension(qualified), False
+        if dimension is None:
+            dimension, functional = functional_convolution_dimension(qualified), True
+        if dimension is not None and (dimension, functional) not in self.convolutions:
+            self.convolutions[dimension, functional] = Convolution(dimension, self._effect(node), functional)
 
     def _builtin_call(self, node: ast.Call, name: str, positional: list) -> tuple[Operand, ...]:
         if name == "print":
