@@ -989,6 +989,43 @@ def test_trees_let_go_come_back_with_the_same_summaries(tmp_path):
     assert module.functions == whole.functions and reloads == [1]
 
 
+def test_a_function_let_go_comes_back_parsed_alone_with_the_same_summary():
+    from torchlint.analysis.function_facts import definition_summarizer
+    from torchlint.analysis.module_index import SourceLines
+
+    odd = ("class Tabbed:\n\t@staticmethod\n\t@property\n\tdef f(x):  # é\n\t\treturn x.item()\n"
+           "async def stream(loss):\n    return f'{loss.item()}'\n")
+    nested = "def outer(loss):\n    def inner(t):\n        def deepest(u):\n            return u.item()\n" \
+             "        return deepest(t)\n    return inner(loss)\n"
+    for source in (textwrap.dedent(GRAD) + textwrap.dedent(METERS) + nested + odd,
+                   (nested + "ĉ = 'ŝ'\n" + odd).replace("\n", "\r\n")):
+        whole = summarize_module(ast.parse(source), source, "m.py")
+        whole.summarize_all()
+        module = summarize_module(ast.parse(source), source, "m.py")
+        module.function("outer")  # registers outer.inner: let go before it is summarized
+        reloads, restored = [], []
+        module.release_trees(lambda: reloads.append(1) or summarize_module(ast.parse(source), source, "m.py"),
+                             lambda first, last: restored.append((first, last))
+                             or definition_summarizer(SourceLines(source), first, last))
+        assert module.function("outer.inner.deepest") == whole.functions["outer.inner.deepest"]
+        module.summarize_all()
+        for name in (*whole.functions, "Tabbed.f", "stream"):
+            assert module.function(name) == whole.functions[name], name
+        assert reloads == [] and len(restored) >= 3  # each parsed alone, never the whole file again
+
+
+def test_a_function_that_cannot_be_parsed_alone_comes_back_from_the_whole_file():
+    source = "def outer(loss):\n    def inner(t):\n        return t.item()\n    return inner(loss)\n"
+    whole = summarize_module(ast.parse(source), source, "m.py")
+    whole.summarize_all()
+    module = summarize_module(ast.parse(source), source, "m.py")
+    module.function("outer")
+    reloads = []
+    module.release_trees(lambda: reloads.append(1) or summarize_module(ast.parse(source), source, "m.py"),
+                         lambda first, last: None)
+    assert module.function("outer.inner") == whole.functions["outer.inner"] and reloads == [1]
+
+
 def test_a_long_run_keeps_the_trees_of_recent_modules_only(tmp_path, monkeypatch):
     import torchlint.analysis.project as project
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from torchlint.analysis.module_index import SourceLines, dotted, index_class, index_module
+from torchlint.analysis.module_index import SourceLines, definition_at, dotted, index_class, index_module
 from torchlint.analysis.summaries import (
     PARAMETER, RESULT, TENSOR, Factory, FunctionSummary, Layer, ModuleSummary, Operand, Returned, operand, public,
     union,
@@ -27,6 +27,17 @@ from torchlint.analysis.devices import RANDOM_FACTORIES, TENSOR_FACTORIES
 def summarize_module(tree: ast.Module, source: str, path: str) -> ModuleSummary:
     """A file's index (module_index.py), each function summarized when first asked for."""
     return index_module(tree, source, path, summarize_function)
+
+
+def definition_summarizer(text: SourceLines, first: int, end: int):
+    """The function defined on those lines of the file, parsed alone, and a summarizer of it over
+    the file's text (what ``ModuleSummary.release_trees`` restores one function with); None when
+    the lines do not hold it."""
+    node = definition_at(text, first, end)
+    if node is None:
+        return None
+    return node, lambda module, node, qualname, class_name: summarize_function(module, node, qualname, class_name,
+                                                                               text)
 
 
 def summarize_function(module: ModuleSummary, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str,

@@ -53,6 +53,26 @@ class SourceLines:
                       self.column(node.end_lineno, node.end_col_offset), self.snippet(node) if what is None else what)
 
 
+def definition_at(text: SourceLines, first: int, end: int) -> ast.AST | None:
+    """The function defined on lines ``first`` to ``end`` of the file (decorators included), parsed
+    alone with the positions it has in the whole file (blank lines before it, and an ``if 1:`` on
+    the line above an indented one); None when those lines are not one function definition."""
+    lines = text.lines[first - 1:end]
+    indented = bool(lines) and lines[0][:1] in (" ", "\t")
+    padding = first - 1 - indented
+    if not lines or padding < 0:
+        return None
+    try:
+        tree = ast.parse("\n" * padding + "\n".join(["if 1:", *lines] if indented else lines) + "\n")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    statements = tree.body[0].body if indented and len(tree.body) == 1 and type(tree.body[0]) is ast.If \
+        else tree.body
+    if len(statements) != 1 or type(statements[0]) not in FUNCTION_DEFS:
+        return None
+    return statements[0]
+
+
 def dotted(expr: ast.AST) -> str | None:
     """``a.b.c`` for a chain of names, else None."""
     parts = []

@@ -13,8 +13,10 @@ hash). A summary parsed from the disk keeps the CPython trees of its functions u
 summarized; so that a run over a large project (torch's own sources) does not keep the trees of
 every module it ever consulted, at most ``RETAINED_SOURCE`` bytes of such modules keep them, the
 least recently asked for letting go first (their index stays; a function asked for later is
-parsed again). ``refresh()`` drops the files changed on disk since (the language server calls it when files
-change). With ``cache_dir``, complete local summaries are kept on disk as JSON, keyed by path and
+parsed again, alone, from the file's lines). The file being linted is given as text
+(``use_source``); when the disk holds that text, it is kept as if read from there, so that the
+files linted after it that import it do not parse it again. ``refresh()`` drops the files changed
+on disk since (the language server calls it when files change). With ``cache_dir``, complete local summaries are kept on disk as JSON, keyed by path and
 content hash, so that a later run does not parse unchanged helpers; an unreadable, corrupt or
 stale entry is a miss.
 """
@@ -31,7 +33,8 @@ from functools import cached_property
 from pathlib import Path
 
 from torchlint.analysis.callgraph import Summaries
-from torchlint.analysis.function_facts import summarize_module
+from torchlint.analysis.function_facts import definition_summarizer, summarize_module
+from torchlint.analysis.module_index import SourceLines
 from torchlint.analysis.summaries import SUMMARY_VERSION, ModuleSummary
 from torchlint.fileio import SourceDecodeError, decode_source
 
@@ -45,8 +48,9 @@ WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
                           r"[ \t]+import[ \t]*(?:\((?P<grouped>[^)]*)\)|(?P<names>[\w., \t*]+)))", re.MULTILINE)
 _COMMENT = re.compile(r"#[^\n]*")
-# Source bytes of parsed modules kept loaded: a CPython tree takes about 35 bytes per byte of source.
-RETAINED_SOURCE = 2_000_000
+# Source bytes of parsed modules kept loaded: a CPython tree takes about 35 bytes per byte of source,
+# and a function asked for after its module let its trees go is parsed again alone (milliseconds).
+RETAINED_SOURCE = 500_000
 
 
 class ProjectModules:
@@ -67,6 +71,7 @@ class ProjectModules:
         self._imports: dict[tuple[str, str, int], str | None] = {}  # (folder, module, level) -> file
         self._digests: dict[str, str] = {}  # every file summarized, by the hash of the content it was read with
         self._retained: dict[str, int] = {}  # loaded files that hold trees -> their size, least recently used first
+        self._text: tuple = ("", "", None)  # the last file a released function was parsed again from
 
     @cached_property
     def summaries(self) -> Summaries:
@@ -99,7 +104,21 @@ class ProjectModules:
                 break
             total -= self._retained.pop(oldest)
             digest, summary, _ = self._loaded[oldest]
-            summary.release_trees(lambda oldest=oldest, digest=digest: self._reparsed(oldest, digest))
+            summary.release_trees(lambda oldest=oldest, digest=digest: self._reparsed(oldest, digest),
+                                  lambda first, last, oldest=oldest, digest=digest:
+                                  self._definition(oldest, digest, first, last))
+
+    def _definition(self, path: str, digest: str, first: int, last: int):
+        """A function of a file whose trees were let go, parsed alone from the file's text (see
+        ModuleSummary.release_trees); None when the file no longer holds the text summarized."""
+        if self._text[:2] != (path, digest):
+            try:
+                raw = Path(path).read_bytes()
+                text = SourceLines(decode_source(raw)[0]) if hashlib.sha256(raw).hexdigest() == digest else None
+            except (OSError, SourceDecodeError):
+                text = None
+            self._text = (path, digest, text)  # functions are often restored one after another in one file
+        return definition_summarizer(self._text[2], first, last) if self._text[2] is not None else None
 
     def _reparsed(self, path: str, digest: str) -> ModuleSummary | None:
         summary = _reparse(path, digest)
@@ -111,19 +130,29 @@ class ProjectModules:
         """Summarize a file from the text given (the file being linted, an editor's unsaved
         buffer) instead of the disk; forgets what depended on its former text."""
         path = os.path.abspath(path)
-        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+        on_disk = _disk_copy(path, source) if _inside(os.path.realpath(path), self.root) else None
+        if on_disk is not None:  # the saved file (the command line's case): kept as if read from disk
+            digest, stamp = on_disk
+        else:
+            digest, stamp = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(), None
         loaded = self._loaded.get(path)
         if loaded is not None and loaded[0] == digest:
             return loaded[1]
         summary = self._summarize(path, digest, source, tree, store=False)
         if loaded is not None:
             self.summaries.clear()
-        self._loaded[path] = (digest, summary, None)
+        self._loaded[path] = (digest, summary, stamp)
+        if stamp is not None:
+            self._digests[path] = digest
+            self._retained.pop(path, None)
+            if summary is not None and summary.holds_trees():
+                self._retain(path)
         return summary
 
     def release(self, path: str) -> None:
-        """Forget a text given with ``use_source`` (the file is linted; its tree need not stay in
-        memory): a later question about it reads the file from disk."""
+        """Forget a text given with ``use_source`` that differs from the file on disk (the file is
+        linted; its tree need not stay in memory): a later question about it reads the file from
+        disk. The disk's own text stays, as any file read (``_retain`` bounds its trees)."""
         path = os.path.abspath(path)
         loaded = self._loaded.get(path)
         if loaded is not None and loaded[2] is None:
@@ -355,6 +384,20 @@ def _reparse(path: str, digest: str) -> ModuleSummary | None:
         return summarize_module(ast.parse(source), source, path)
     except (OSError, SourceDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def _disk_copy(path: str, source: str) -> tuple[str, tuple[int, int]] | None:
+    """The sha256 and stamp of the file at ``path`` when it holds exactly ``source``, else None."""
+    stamp = _stamp(path)
+    if stamp is None:
+        return None
+    try:
+        raw = Path(path).read_bytes()
+        if decode_source(raw)[0] != source:
+            return None
+    except (OSError, SourceDecodeError):
+        return None
+    return hashlib.sha256(raw).hexdigest(), stamp
 
 
 def _taken(names: str) -> list[str]:

@@ -387,25 +387,45 @@ class ModuleSummary:
         self.functions: dict[str, FunctionSummary] = functions or {}
         self._pending: dict[str, tuple[ast.AST, str | None]] = {}  # qualname -> (its def, its class)
         self._summarizer = summarizer
-        self._released: set[str] = set()  # functions whose trees were let go (release_trees)
+        # functions whose trees were let go (release_trees) -> their first and last lines, their class
+        self._released: dict[str, tuple[int, int, str | None]] = {}
         self._reload: typing.Callable[[], ModuleSummary | None] | None = None
+        self._restore_definition: typing.Callable[[int, int], tuple[ast.AST, typing.Callable] | None] | None = None
 
     def holds_trees(self) -> bool:
         """Does the summary keep syntax trees of functions not summarized yet?"""
         return bool(self._pending)
 
-    def release_trees(self, reload: typing.Callable[[], ModuleSummary | None]) -> None:
-        """Let go of the trees of the functions not summarized yet, keeping the index; ``reload``
-        (a summary of a fresh parse of the same text, or None) gives them back when one is asked for."""
+    def release_trees(self, reload: typing.Callable[[], ModuleSummary | None],
+                      restore: typing.Callable[[int, int], tuple[ast.AST, typing.Callable] | None] | None = None) -> None:
+        """Let go of the trees of the functions not summarized yet, keeping the index and their
+        lines. When one is asked for, ``restore(first, last)`` (the definition on those lines parsed
+        alone, and a summarizer; or None) gives it back, else ``reload`` (a summary of a fresh
+        parse of the same text, or None) gives them all back."""
         if self._pending:
-            self._released, self._pending = set(self._pending), {}
-            self._reload, self._summarizer = reload, None
+            self._released = {qualname: (min((d.lineno for d in node.decorator_list), default=node.lineno),
+                                         node.end_lineno, class_name)
+                              for qualname, (node, class_name) in self._pending.items()}
+            self._pending = {}
+            self._reload, self._restore_definition, self._summarizer = reload, restore, None
+
+    def _restore_one(self, qualname: str) -> bool:
+        """Give back one released function's tree, parsed alone; False when that cannot be done."""
+        if self._restore_definition is None:
+            return False
+        first, last, class_name = self._released[qualname]
+        found = self._restore_definition(first, last)
+        if found is None:
+            return False
+        del self._released[qualname]
+        self._pending[qualname], self._summarizer = (found[0], class_name), found[1]
+        return True
 
     def _restore(self) -> None:
         """The trees of the released functions, from a fresh parse: a nested function is registered
         when the function around it is summarized, so the fresh summary summarizes those first."""
-        fresh, self._reload = self._reload(), None
-        released, self._released = self._released, set()
+        fresh, self._reload, self._restore_definition = self._reload(), None, None
+        released, self._released = self._released, {}
         if fresh is None:
             return
         for qualname in sorted(released, key=lambda name: name.count(".")):
@@ -424,9 +444,10 @@ class ModuleSummary:
         found = self.functions.get(qualname)
         if found is not None:
             return found
-        if self._reload is not None and (qualname in self._released
-                                         or qualname.rsplit(".", 1)[0] in self._released):
-            self._restore()
+        if self._reload is not None:
+            released = qualname if qualname in self._released else qualname.rsplit(".", 1)[0]
+            if released in self._released and not self._restore_one(released):
+                self._restore()
         entry = self._pending.get(qualname)
         if entry is None and "." in qualname:
             parent = qualname.rsplit(".", 1)[0]
