@@ -88,7 +88,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
+from torchlint.analysis.syntax import dotted_name, line_within, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._host_sync import (CONVERSIONS, ENVIRONMENT, LOG_METHODS, SYNC_METHODS, TENSOR_LOGGERS,
@@ -138,7 +138,7 @@ class HostSyncInLoop(Rule):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self._reported_lines: set[int] = set()
+        self._reported_lines: dict[int, list[cst.CSTNode]] = {}  # a statement -> the nodes reported in it
         self._tensor_names: dict[int, frozenset[str]] = {}
 
     # where a step runs -------------------------------------------------------------------------------
@@ -198,10 +198,19 @@ class HostSyncInLoop(Rule):
                                 f"`{self.ctx.code_for(value.value)}` on the device and read it {ADVICE}")
 
     def _report_once(self, node: cst.CSTNode, message: str, related_places: tuple = ()) -> None:
+        """One finding a line: a statement written over several lines (a progress bar's f-string)
+        is reported on each line that holds a sync of its own."""
         position = self.ctx.statement_position()
-        if position is None or id(position[0]) in self._reported_lines:
+        if position is None:
             return
-        self._reported_lines.add(id(position[0]))
+        statement = position[0]
+        reported = self._reported_lines.get(id(statement))
+        if reported is None:
+            self._reported_lines[id(statement)] = [node]
+        elif any(line_within(statement, node) == line_within(statement, other) for other in reported):
+            return
+        else:
+            reported.append(node)
         self.report(node, message, related=related_places)
 
     # calls -----------------------------------------------------------------------------------------------
