@@ -823,6 +823,32 @@ def test_imports_resolve_like_ruff(tmp_path):
     }
 
 
+def test_imports_of_a_namespace_package_from_inside_it(tmp_path):
+    """``import basicsr.models.srgan`` in basicsr/models/real.py where basicsr/ has no
+    ``__init__.py`` (a namespace package): the folder above the ``basicsr`` that holds the file."""
+    write(tmp_path, {
+        "repo/basicsr/models/__init__.py": "",
+        "repo/basicsr/models/srgan.py": "",
+        "repo/basicsr/models/real.py": "",
+        "repo/basicsr/utils/misc.py": "",
+        "other/models/x.py": "",
+    })
+    modules = ProjectModules(tmp_path)
+    real = str(tmp_path / "repo/basicsr/models/real.py")
+    found = {
+        "sibling module": modules.resolve_import(real, "basicsr.models.srgan", 0),
+        "other subpackage": modules.resolve_import(real, "basicsr.utils.misc", 0),
+        "no folder of that name around": modules.resolve_import(real, "repo2.basicsr.models.srgan", 0),
+        "not there": modules.resolve_import(real, "basicsr.models.missing", 0),
+    }
+    assert {name: path and Path(path).relative_to(tmp_path).as_posix() for name, path in found.items()} == {
+        "sibling module": "repo/basicsr/models/srgan.py",
+        "other subpackage": "repo/basicsr/utils/misc.py",
+        "no folder of that name around": None,
+        "not there": None,
+    }
+
+
 def test_a_module_that_is_no_package_has_no_modules(tmp_path):
     """`from utils import helper` where utils.py is a plain module: `helper` is one of its names or
     nothing, never utils/helper.py beside it (Python raises ImportError); a package's is its module."""
