@@ -1028,3 +1028,34 @@ def test_a_long_run_keeps_the_trees_of_recent_modules_only(tmp_path, monkeypatch
     assert loaded[0].function("f0").host_syncs[0].effect.what == "loss.item()"  # parsed again
     (tmp_path / "m1.py").write_text("x = 1\n")
     assert loaded[1].function("f1") is None  # the file changed: what it held is not guessed
+
+
+def test_an_instance_a_factory_function_returns(tmp_path):
+    """``logger = make_logger(...)`` where every return of make_logger is ``C(...)`` or None: the
+    logger's methods are C's; a factory that may return either of two classes, or a value it was
+    given, resolves to nothing."""
+    write(tmp_path, {
+        "log.py": ("class Logger:\n    def log(self, t):\n        print(t.item())\n\n"
+                   "class Other:\n    def log(self, t):\n        pass\n"),
+        "train.py": ("from log import Logger, Other\n\n"
+                     "def make(rank):\n    if rank == 0:\n        logger = Logger()\n    else:\n"
+                     "        logger = None\n    return logger\n\n"
+                     "def either(rank):\n    if rank:\n        return Logger()\n    return Other()\n\n"
+                     "def given(logger):\n    return logger\n\n"
+                     "def train(rank):\n    a = make(rank)\n    b = either(rank)\n    c = given(Logger())\n"
+                     "    a.log(1)\n    b.log(1)\n    c.log(1)\n"),
+    })
+    summaries = ProjectModules(tmp_path).summaries
+    train = str(tmp_path / "train.py")
+    found = summaries.resolve_call(train, "a.log", "train")
+    assert found is not None and found.qualname == "Logger.log" and found.host_syncs
+    assert summaries.resolve_call(train, "b.log", "train") is None
+    assert summaries.resolve_call(train, "c.log", "train") is None
+
+
+def test_a_tensor_given_to_add_scalar_is_a_sync_of_its_value(tmp_path):
+    write(tmp_path, {"log.py": ("def log(writer, loss, step):\n    writer.add_scalar('loss', loss, step)\n"
+                                "    writer.add_scalar('step', step, global_step=step)\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "log.py"), "log")
+    assert [(sync.how, [(op.kind, op.name) for op in sync.reads]) for sync in summary.host_syncs] == [
+        ("log", [("parameter", "loss")]), ("log", [("parameter", "step")])]

@@ -166,7 +166,28 @@ class FunctionWalker(ExpressionFacts):
             builds=tuple(sorted(self.builds)),
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
-            convolutions=tuple(self.convolutions[dimension] for dimension in sorted(self.convolutions)))
+            convolutions=tuple(self.convolutions[dimension] for dimension in sorted(self.convolutions)),
+            returns_instance=self._returns_instance())
+
+    def _returns_instance(self) -> str:
+        """The ``C`` every return gives ``C(...)`` of, or None (see FunctionSummary.returns_instance)."""
+        found = set()
+        for value, _ in self.returns:
+            candidates = [value]
+            if type(value) is ast.Name:
+                candidates = self.all_bound_values.get(value.id, [])
+                if not candidates or len(candidates) != self.names.counts.get(value.id):
+                    return ""  # a parameter, or bound where the walk keeps no value (a loop, a tuple)
+            for candidate in candidates:
+                if candidate is None and value is not None:
+                    return ""
+                if candidate is None or type(candidate) is ast.Constant and candidate.value is None:
+                    continue
+                callee = dotted(candidate.func) if type(candidate) is ast.Call else None
+                if callee is None or not callee.rpartition(".")[2][:1].isupper():
+                    return ""
+                found.add(callee)
+        return found.pop() if len(found) == 1 else ""
 
     def _bound_once(self, node: ast.AST | None) -> ast.AST | None:
         """A local name bound once stands for the value it was bound to."""
