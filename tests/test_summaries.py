@@ -122,7 +122,10 @@ row("sync-only-if-a-tensor", """
         if isinstance(lr, torch.Tensor):
             return float(lr)
         return lr
-    """, ("train.py", "learning_rate", None), [])
+    """, ("train.py", "learning_rate", None), [
+        # kept as a read where the value is a tensor only: the caller decides whether it is one
+        "sync train.py:6 lr.item() (guarded) reads parameter 0 scheduler",
+    ])
 
 row("formatting-and-printing-a-tensor", """
     import torch
@@ -1059,3 +1062,13 @@ def test_a_tensor_given_to_add_scalar_is_a_sync_of_its_value(tmp_path):
     summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "log.py"), "log")
     assert [(sync.how, [(op.kind, op.name) for op in sync.reads]) for sync in summary.host_syncs] == [
         ("log", [("parameter", "loss")]), ("log", [("parameter", "step")])]
+
+
+def test_a_read_under_a_test_for_a_tensor_is_a_guarded_sync(tmp_path):
+    """``if isinstance(v, torch.Tensor): v = v.item()`` reads v where it is a tensor ("guarded");
+    a remainder test inside such a test still leaves its reads out."""
+    write(tmp_path, {"meter.py": ("import torch\n\n"
+                                  "def update(v, step):\n    if isinstance(v, torch.Tensor):\n        v = v.item()\n"
+                                  "        if step % 10 == 0:\n            print(v.tolist())\n    return v\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "meter.py"), "update")
+    assert [(sync.how, sync.effect.what) for sync in summary.host_syncs] == [("guarded", "v.item()")]

@@ -119,12 +119,13 @@ def public(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
 class Sync:
     """The host waits for the device. ``how``: "method" (``.item()``, ``.cpu()``, ``.numpy()``,
     ``.tolist()``), "conversion" (``float(t)``, ``int(t)``, ``bool(t)``), "print", "format" (an
-    f-string, ``%`` or ``.format``), "log" (a value given to TensorBoard's ``add_scalar``) or
-    "synchronize" (``torch.cuda.synchronize()``, which reads DEVICE). ``reads``: what the value
-    may be: a method's receiver is a tensor whatever it is; a conversion, print, format or log
-    syncs only on a tensor, so ``float(x)`` on a parameter syncs where the caller passes one, and
-    a Python number (``len(x)``, ``loss.item()``, an ``int`` parameter) is no sync at all and is
-    not recorded."""
+    f-string, ``%`` or ``.format``), "log" (a value given to TensorBoard's ``add_scalar``),
+    "guarded" (a method under a test that the value is a tensor: ``if torch.is_tensor(v):
+    v = v.item()``) or "synchronize" (``torch.cuda.synchronize()``, which reads DEVICE).
+    ``reads``: what the value may be: a method's receiver is a tensor whatever it is; a
+    conversion, print, format, log or guarded read syncs only on a tensor, so ``float(x)`` on a
+    parameter syncs where the caller passes one, and a Python number (``len(x)``, ``loss.item()``,
+    an ``int`` parameter) is no sync at all and is not recorded."""
 
     effect: Effect
     reads: tuple[Operand, ...]

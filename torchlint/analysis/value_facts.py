@@ -97,6 +97,7 @@ class WalkerState:
         self.env: dict[str, tuple[Operand, ...]] = {}
         self.grad: bool | None = True
         self.periodic = False
+        self.tensor_guarded = False  # periodic only because a test asks whether a value is a tensor
         self.declared_globals: set[str] = set()
         self.qualified_cache: dict[str, str | None] = {}
         self.syncs: list[Sync] = []
@@ -227,7 +228,9 @@ class WalkerState:
         return None
 
     def _sync(self, node: ast.AST, ops: tuple[Operand, ...], how: str) -> None:
-        if not self.periodic and ops:
+        if ops and (not self.periodic or self.tensor_guarded):
+            if self.tensor_guarded and how == "method":
+                how = "guarded"  # `if isinstance(v, torch.Tensor): v = v.item()`: a sync where v is a tensor
             self.syncs.append(Sync(self._effect(node), public(ops), how))
 
     def _keep(self, node: ast.AST, ops: tuple[Operand, ...], holder: Operand, container: ast.AST, how: str) -> None:
