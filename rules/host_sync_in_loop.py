@@ -7,8 +7,11 @@ computes: `print(loss)`, an f-string, `%`- or `.format`-formatting of a tensor, 
 `int(t)`, `bool(t)`, `math.isnan(t)`, `if`/`while`/`assert` on such a conversion, a tensor given to
 TensorBoard's `add_scalar`, the legacy `loss.data[0]`, and `torch.cuda.synchronize()`. It also
 sees them behind the project's own helpers: a `log_step(loss)` or a meter's `update(loss)` that
-calls `.item()` inside, in this file or in one it imports, is reported at the call in the loop
-(that is where each step pays), with the place inside the helper as related information. A step
+calls `.item()` inside (also under `if isinstance(v, torch.Tensor):`, when the step passes a
+tensor), or a logger's method that gives the tensor to `add_scalar` (a logger made by a factory
+function too), in this file or in one it imports, is reported at the call in the loop (that is
+where each step pays), with the place inside the helper as related information. A statement
+written over several lines is reported on each line that reads a tensor of its own. A step
 is an iteration of a loop that calls `backward()` (also through a function it calls), a Lightning
 `training_step`, or a step function that calls `backward()` once per call (`optimize_parameters`,
 `train_step`), in a script that uses CUDA.
@@ -56,7 +59,8 @@ for step, (x, y) in enumerate(loader):
 
 No automatic fix: where and how often to read the values is a decision about the code's output.
 The rule does not fire under a condition that holds every k-th step (`if step % k == 0:`, or a
-flag computed that way), for an explicit read that drives control flow (a NaN guard such as
+flag computed that way; also around an inner update loop, in a loop whose own iterations
+backpropagate), for an explicit read that drives control flow (a NaN guard such as
 `if loss.item() > 1e4: break`, or a name tested by an `if`/`assert`: the code reads the value on
 purpose; an implicit one, `if math.isnan(loss):`, is reported with `torch._assert_async` as the
 alternative), for a value an environment needs every step (`envs.step(action.cpu().numpy())`),
