@@ -365,29 +365,13 @@ class HostSyncInLoop(Rule):
                 return False
             if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler):
                 return False
-            if type(parent) is cst.If and self._periodic(parent.test) and self._inside_a_step(chain, loop, parent):
+            if type(parent) is cst.If and self._periodic(parent.test) \
+                    and _inside_a_step(chain, loop, parent, self.ctx.loops):
                 return False
             if type(parent) is cst.Call and type(parent.func) is cst.Attribute \
                     and parent.func.attr.value in LOG_METHODS and dotted_name(parent.func.value) == "self":
                 return False  # self.log(...): lightning-log-item
         return not explicit or not self._assigned_guard(loop)
-
-    def _inside_a_step(self, chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.CSTNode) -> bool:
-        """``node`` (a periodic ``if``) holds every k-th step: it lies inside the step ``loop``
-        (None: the function), or inside an outer loop whose own body backpropagates, so that each
-        of its iterations is a step and the inner loop under the ``if`` runs on every k-th of them
-        (``if step % policy_frequency == 0: for _ in range(policy_frequency): actor_loss.backward()``)."""
-        if loop is None:
-            return True
-        position = chain.index(node)
-        if position > chain.index(loop):
-            return True
-        for outer in reversed(chain[:position]):
-            if type(outer) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-                return False
-            if type(outer) in (cst.For, cst.While) and self.ctx.loops.backpropagates_itself(outer):
-                return True
-        return False
 
     def _periodic(self, test: cst.BaseExpression) -> bool:
         """A condition that holds every k-th step: a remainder (``step % 100 == 0``), or a flag the
@@ -440,6 +424,24 @@ def _reads_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
         return any(type(part) is cst.FormattedStringExpression and _holds_tensor(part.expression, tensors)
                    for part in expr.parts)
     return _holds_tensor(expr, tensors)
+
+
+def _inside_a_step(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.CSTNode, loops) -> bool:
+    """``node`` (a periodic ``if``) holds every k-th step: it lies inside the step ``loop``
+    (None: the function), or inside an outer loop whose own body backpropagates, so that each
+    of its iterations is a step and the inner loop under the ``if`` runs on every k-th of them
+    (``if step % policy_frequency == 0: for _ in range(policy_frequency): actor_loss.backward()``)."""
+    if loop is None:
+        return True
+    position = chain.index(node)
+    if position > chain.index(loop):
+        return True
+    for outer in reversed(chain[:position]):
+        if type(outer) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            return False
+        if type(outer) in (cst.For, cst.While) and loops.backpropagates_itself(outer):
+            return True
+    return False
 
 
 def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:

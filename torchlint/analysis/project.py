@@ -316,7 +316,7 @@ class ProjectModules:
             bases = [folder]
         else:
             bases = list(dict.fromkeys([folder, self._package_root(folder), self.root, *self.src,
-                                        *self._namespace_roots(folder, module)]))
+                                        *_namespace_roots(folder, module, self.root)]))
         for base in bases:
             found = self._find(base, module)
             if found is not None:
@@ -332,19 +332,6 @@ class ProjectModules:
             self._found[key] = next((c for c in candidates if os.path.isfile(c)
                                      and _inside(os.path.realpath(c), self.root)), None)
         return self._found[key]
-
-    def _namespace_roots(self, folder: str, module: str) -> list[str]:
-        """For ``import pkg.sub.mod`` in a file inside a folder named ``pkg`` (a namespace package,
-        one without ``__init__.py``, or a package whose ``__init__.py`` is not in the project):
-        the folder above that ``pkg``, innermost first, inside the project's root."""
-        first = module.partition(".")[0]
-        found = []
-        current = folder
-        while _inside(current, self.root) and os.path.dirname(current) != current:
-            if os.path.basename(current) == first:
-                found.append(os.path.dirname(current))
-            current = os.path.dirname(current)
-        return found
 
     def _package_root(self, folder: str) -> str:
         """The folder above the topmost package that holds ``folder`` (itself when it is no package)."""
@@ -387,6 +374,20 @@ def _stamp(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_mtime_ns, status.st_size
+
+
+def _namespace_roots(folder: str, module: str, root: str) -> list[str]:
+    """For ``import pkg.sub.mod`` in a file inside a folder named ``pkg`` (a namespace package, one
+    without ``__init__.py``, or a package whose ``__init__.py`` is not in the project): the folder
+    above that ``pkg``, innermost first, inside the project's ``root``."""
+    first = module.partition(".")[0]
+    found = []
+    current = folder
+    while _inside(current, root) and os.path.dirname(current) != current:
+        if os.path.basename(current) == first:
+            found.append(os.path.dirname(current))
+        current = os.path.dirname(current)
+    return found
 
 
 def _inside(path: str, root: str) -> bool:
