@@ -13,13 +13,12 @@ from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, ast_backpropagated_names, ast_training_loop_lines
 from torchlint.analysis.summaries import TENSOR
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, ast_root_names
+from torchlint.analysis.value_facts import TENSOR_LOGGERS
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 LOG_METHODS = frozenset({"log", "log_dict"})
 # Turning a tensor into a Python number or text reads it on the host.
 CONVERSIONS = frozenset({"float", "int", "bool", "math.isnan", "math.isinf", "math.isfinite"})
-# Loggers that take a tensor and read it on the host (TensorBoard, Weights & Biases).
-TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
 # Where an environment is stepped: the action it needs must come to the host every step.
 ENVIRONMENT = re.compile(r"(^|_)envs?$", re.IGNORECASE)
 

@@ -7,8 +7,11 @@ computes: `print(loss)`, an f-string, `%`- or `.format`-formatting of a tensor, 
 `int(t)`, `bool(t)`, `math.isnan(t)`, `if`/`while`/`assert` on such a conversion, a tensor given to
 TensorBoard's `add_scalar`, the legacy `loss.data[0]`, and `torch.cuda.synchronize()`. It also
 sees them behind the project's own helpers: a `log_step(loss)` or a meter's `update(loss)` that
-calls `.item()` inside, in this file or in one it imports, is reported at the call in the loop
-(that is where each step pays), with the place inside the helper as related information. A step
+calls `.item()` inside (also under `if isinstance(v, torch.Tensor):`, when the step passes a
+tensor), or a logger's method that gives the tensor to `add_scalar` (a logger made by a factory
+function too), in this file or in one it imports, is reported at the call in the loop (that is
+where each step pays), with the place inside the helper as related information. A statement
+written over several lines is reported on each line that reads a tensor of its own. A step
 is an iteration of a loop that calls `backward()` (also through a function it calls), a Lightning
 `training_step`, or a step function that calls `backward()` once per call (`optimize_parameters`,
 `train_step`), in a script that uses CUDA.
@@ -56,7 +59,8 @@ for step, (x, y) in enumerate(loader):
 
 No automatic fix: where and how often to read the values is a decision about the code's output.
 The rule does not fire under a condition that holds every k-th step (`if step % k == 0:`, or a
-flag computed that way), for an explicit read that drives control flow (a NaN guard such as
+flag computed that way; also around an inner update loop, in a loop whose own iterations
+backpropagate), for an explicit read that drives control flow (a NaN guard such as
 `if loss.item() > 1e4: break`, or a name tested by an `if`/`assert`: the code reads the value on
 purpose; an implicit one, `if math.isnan(loss):`, is reported with `torch._assert_async` as the
 alternative), for a value an environment needs every step (`envs.step(action.cpu().numpy())`),
@@ -88,7 +92,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.syntax import dotted_name, method_call, names_in, root_names, target_names
+from torchlint.analysis.syntax import dotted_name, line_within, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._host_sync import (CONVERSIONS, ENVIRONMENT, LOG_METHODS, SYNC_METHODS, TENSOR_LOGGERS,
@@ -138,7 +142,7 @@ class HostSyncInLoop(Rule):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self._reported_lines: set[int] = set()
+        self._reported_lines: dict[int, list[cst.CSTNode]] = {}  # a statement -> the nodes reported in it
         self._tensor_names: dict[int, frozenset[str]] = {}
 
     # where a step runs -------------------------------------------------------------------------------
@@ -198,10 +202,19 @@ class HostSyncInLoop(Rule):
                                 f"`{self.ctx.code_for(value.value)}` on the device and read it {ADVICE}")
 
     def _report_once(self, node: cst.CSTNode, message: str, related_places: tuple = ()) -> None:
+        """One finding a line: a statement written over several lines (a progress bar's f-string)
+        is reported on each line that holds a sync of its own."""
         position = self.ctx.statement_position()
-        if position is None or id(position[0]) in self._reported_lines:
+        if position is None:
             return
-        self._reported_lines.add(id(position[0]))
+        statement = position[0]
+        reported = self._reported_lines.get(id(statement))
+        if reported is None:
+            self._reported_lines[id(statement)] = [node]
+        elif any(line_within(statement, node) == line_within(statement, other) for other in reported):
+            return
+        else:
+            reported.append(node)
         self.report(node, message, related=related_places)
 
     # calls -----------------------------------------------------------------------------------------------
@@ -352,7 +365,8 @@ class HostSyncInLoop(Rule):
                 return False
             if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler):
                 return False
-            if type(parent) is cst.If and self._periodic(parent.test) and _inside_loop(chain, loop, parent):
+            if type(parent) is cst.If and self._periodic(parent.test) \
+                    and _inside_a_step(chain, loop, parent, self.ctx.loops):
                 return False
             if type(parent) is cst.Call and type(parent.func) is cst.Attribute \
                     and parent.func.attr.value in LOG_METHODS and dotted_name(parent.func.value) == "self":
@@ -412,6 +426,24 @@ def _reads_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
     return _holds_tensor(expr, tensors)
 
 
+def _inside_a_step(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.CSTNode, loops) -> bool:
+    """``node`` (a periodic ``if``) holds every k-th step: it lies inside the step ``loop``
+    (None: the function), or inside an outer loop whose own body backpropagates, so that each
+    of its iterations is a step and the inner loop under the ``if`` runs on every k-th of them
+    (``if step % policy_frequency == 0: for _ in range(policy_frequency): actor_loss.backward()``)."""
+    if loop is None:
+        return True
+    position = chain.index(node)
+    if position > chain.index(loop):
+        return True
+    for outer in reversed(chain[:position]):
+        if type(outer) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            return False
+        if type(outer) in (cst.For, cst.While) and loops.backpropagates_itself(outer):
+            return True
+    return False
+
+
 def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:
     """What the call passes to parameter ``index``: one argument, or for ``**kwargs`` every
     keyword argument it does not name and every ``**`` splat."""
@@ -424,13 +456,6 @@ def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.Base
     if isinstance(slot, int) and 0 <= slot < len(positional):
         return [positional[slot].value]
     return [a.value for a in node.args if a.keyword is not None and a.keyword.value == slot]
-
-
-def _inside_loop(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst.CSTNode) -> bool:
-    """``node`` lies between ``loop`` (None: the function) and the current node."""
-    if loop is None:
-        return True
-    return chain.index(node) > chain.index(loop)
 
 
 class _EnvironmentSteps(cst.CSTVisitor):

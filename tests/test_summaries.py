@@ -122,7 +122,10 @@ row("sync-only-if-a-tensor", """
         if isinstance(lr, torch.Tensor):
             return float(lr)
         return lr
-    """, ("train.py", "learning_rate", None), [])
+    """, ("train.py", "learning_rate", None), [
+        # kept as a read where the value is a tensor only: the caller decides whether it is one
+        "sync train.py:6 lr.item() (guarded) reads parameter 0 scheduler",
+    ])
 
 row("formatting-and-printing-a-tensor", """
     import torch
@@ -823,6 +826,32 @@ def test_imports_resolve_like_ruff(tmp_path):
     }
 
 
+def test_imports_of_a_namespace_package_from_inside_it(tmp_path):
+    """``import basicsr.models.srgan`` in basicsr/models/real.py where basicsr/ has no
+    ``__init__.py`` (a namespace package): the folder above the ``basicsr`` that holds the file."""
+    write(tmp_path, {
+        "repo/basicsr/models/__init__.py": "",
+        "repo/basicsr/models/srgan.py": "",
+        "repo/basicsr/models/real.py": "",
+        "repo/basicsr/utils/misc.py": "",
+        "other/models/x.py": "",
+    })
+    modules = ProjectModules(tmp_path)
+    real = str(tmp_path / "repo/basicsr/models/real.py")
+    found = {
+        "sibling module": modules.resolve_import(real, "basicsr.models.srgan", 0),
+        "other subpackage": modules.resolve_import(real, "basicsr.utils.misc", 0),
+        "no folder of that name around": modules.resolve_import(real, "repo2.basicsr.models.srgan", 0),
+        "not there": modules.resolve_import(real, "basicsr.models.missing", 0),
+    }
+    assert {name: path and Path(path).relative_to(tmp_path).as_posix() for name, path in found.items()} == {
+        "sibling module": "repo/basicsr/models/srgan.py",
+        "other subpackage": "repo/basicsr/utils/misc.py",
+        "no folder of that name around": None,
+        "not there": None,
+    }
+
+
 def test_a_module_that_is_no_package_has_no_modules(tmp_path):
     """`from utils import helper` where utils.py is a plain module: `helper` is one of its names or
     nothing, never utils/helper.py beside it (Python raises ImportError); a package's is its module."""
@@ -1039,3 +1068,44 @@ def test_a_long_run_keeps_the_trees_of_recent_modules_only(tmp_path, monkeypatch
     assert loaded[0].function("f0").host_syncs[0].effect.what == "loss.item()"  # parsed again
     (tmp_path / "m1.py").write_text("x = 1\n")
     assert loaded[1].function("f1") is None  # the file changed: what it held is not guessed
+
+
+def test_an_instance_a_factory_function_returns(tmp_path):
+    """``logger = make_logger(...)`` where every return of make_logger is ``C(...)`` or None: the
+    logger's methods are C's; a factory that may return either of two classes, or a value it was
+    given, resolves to nothing."""
+    write(tmp_path, {
+        "log.py": ("class Logger:\n    def log(self, t):\n        print(t.item())\n\n"
+                   "class Other:\n    def log(self, t):\n        pass\n"),
+        "train.py": ("from log import Logger, Other\n\n"
+                     "def make(rank):\n    if rank == 0:\n        logger = Logger()\n    else:\n"
+                     "        logger = None\n    return logger\n\n"
+                     "def either(rank):\n    if rank:\n        return Logger()\n    return Other()\n\n"
+                     "def given(logger):\n    return logger\n\n"
+                     "def train(rank):\n    a = make(rank)\n    b = either(rank)\n    c = given(Logger())\n"
+                     "    a.log(1)\n    b.log(1)\n    c.log(1)\n"),
+    })
+    summaries = ProjectModules(tmp_path).summaries
+    train = str(tmp_path / "train.py")
+    found = summaries.resolve_call(train, "a.log", "train")
+    assert found is not None and found.qualname == "Logger.log" and found.host_syncs
+    assert summaries.resolve_call(train, "b.log", "train") is None
+    assert summaries.resolve_call(train, "c.log", "train") is None
+
+
+def test_a_tensor_given_to_add_scalar_is_a_sync_of_its_value(tmp_path):
+    write(tmp_path, {"log.py": ("def log(writer, loss, step):\n    writer.add_scalar('loss', loss, step)\n"
+                                "    writer.add_scalar('step', step, global_step=step)\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "log.py"), "log")
+    assert [(sync.how, [(op.kind, op.name) for op in sync.reads]) for sync in summary.host_syncs] == [
+        ("log", [("parameter", "loss")]), ("log", [("parameter", "step")])]
+
+
+def test_a_read_under_a_test_for_a_tensor_is_a_guarded_sync(tmp_path):
+    """``if isinstance(v, torch.Tensor): v = v.item()`` reads v where it is a tensor ("guarded");
+    a remainder test inside such a test still leaves its reads out."""
+    write(tmp_path, {"meter.py": ("import torch\n\n"
+                                  "def update(v, step):\n    if isinstance(v, torch.Tensor):\n        v = v.item()\n"
+                                  "        if step % 10 == 0:\n            print(v.tolist())\n    return v\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "meter.py"), "update")
+    assert [(sync.how, sync.effect.what) for sync in summary.host_syncs] == [("guarded", "v.item()")]

@@ -3,7 +3,9 @@ statements in order (value_facts.py reads the expressions).
 
 What one call does, as documented here: statements under a periodic condition (a remainder test,
 ``if step % 100 == 0``, a test of a flag passed in, ``if log_now:``, or of whether a value is a
-tensor, ``if torch.is_tensor(lr):``) contribute no syncs and no cache clears (they are left out, not recorded as conditional); ``except`` handlers, code after a
+tensor, ``if torch.is_tensor(lr):``) contribute no syncs and no cache clears (they are left out,
+not recorded as conditional), except the reads of a value written under a test of whether it is
+a tensor, which are kept as syncs of a tensor only (how "guarded"); ``except`` handlers, code after a
 ``return``/``raise``/``break``/``continue`` in the same block, nested functions and lambdas are
 not part of the call; any other condition counts as taken. Never imports or runs the code.
 """
@@ -88,20 +90,24 @@ class FunctionWalker(ExpressionFacts):
 
     def _if(self, node: ast.If) -> None:
         self.value(node.test)
-        periodic = self.periodic
-        self.periodic = periodic or self._is_periodic(node.test)
+        periodic, guarded = self.periodic, self.tensor_guarded
+        if self._is_every_kth(node.test):
+            self.periodic, self.tensor_guarded = True, False
+        elif not periodic and _tests_for_a_tensor(node.test):
+            # `if torch.is_tensor(v): v = v.item()`: the read itself is kept, as a sync of a tensor only
+            self.periodic, self.tensor_guarded = True, True
         self.block(node.body)
-        self.periodic = periodic
+        self.periodic, self.tensor_guarded = periodic, guarded
         self.block(node.orelse)
 
-    def _is_periodic(self, test: ast.AST) -> bool:
-        """Holds every k-th call, or only for some values: a remainder test, a flag passed in
-        (``if log_now:``), or a test of whether a value is a tensor (``if torch.is_tensor(lr):
-        lr = lr.item()``: defensive code, for values that are usually Python numbers)."""
+    def _is_every_kth(self, test: ast.AST) -> bool:
+        """Holds every k-th call: a remainder test, or a flag passed in (``if log_now:``). A test of
+        whether a value is a tensor (``if torch.is_tensor(lr): lr = lr.item()``) is defensive code
+        for values that are usually Python numbers: ``_if`` keeps its reads as guarded syncs."""
         flag = test.operand if type(test) is ast.UnaryOp and type(test.op) is ast.Not else test
         if type(flag) is ast.Name and flag.id in self.parameter_index and flag.id != self.self_name:
             return True
-        return is_periodic_remainder(test) or _tests_for_a_tensor(test)
+        return is_periodic_remainder(test)
 
     def _for(self, node: ast.For) -> None:
         ops = self.value(node.iter)
@@ -177,7 +183,28 @@ class FunctionWalker(ExpressionFacts):
             builds=tuple(sorted(self.builds)),
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
-            convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)))
+            convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)),
+            returns_instance=self._returns_instance())
+
+    def _returns_instance(self) -> str:
+        """The ``C`` every return gives ``C(...)`` of, or None (see FunctionSummary.returns_instance)."""
+        found = set()
+        for value, _ in self.returns:
+            candidates = [value]
+            if type(value) is ast.Name:
+                candidates = self.all_bound_values.get(value.id, [])
+                if not candidates or len(candidates) != self.names.counts.get(value.id):
+                    return ""  # a parameter, or bound where the walk keeps no value (a loop, a tuple)
+            for candidate in candidates:
+                if candidate is None and value is not None:
+                    return ""
+                if candidate is None or type(candidate) is ast.Constant and candidate.value is None:
+                    continue
+                callee = dotted(candidate.func) if type(candidate) is ast.Call else None
+                if callee is None or not callee.rpartition(".")[2][:1].isupper():
+                    return ""
+                found.add(callee)
+        return found.pop() if len(found) == 1 else ""
 
     def _bound_once(self, node: ast.AST | None) -> ast.AST | None:
         """A local name bound once stands for the value it was bound to."""

@@ -418,11 +418,12 @@ class Loops:
                 continue
             inner = [other for other in self.nested_loops(loop)
                      if id(other) not in ancestors and self.backpropagated_names(other) is not None]
-            return None if inner and not self._backpropagates_itself(loop) else loop
+            return None if inner and not self.backpropagates_itself(loop) else loop
         return None
 
-    def _backpropagates_itself(self, loop: cst.CSTNode) -> bool:
-        """Does the loop's own body (its nested loops left out) call backward?"""
+    def backpropagates_itself(self, loop: cst.CSTNode) -> bool:
+        """Does the loop's own body (its nested loops left out) call backward? Then each of its
+        iterations is a training step, whatever its inner loops do."""
         if id(loop) not in self._itself:
             finder = _BackwardFinder(self.bindings)
             for statement in _statements_outside_loops(loop.body):

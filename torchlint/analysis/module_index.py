@@ -108,13 +108,14 @@ def method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) ->
 
 class ScopeNames:
     """A scope's bindings as its statements are read: how often each name is bound, its imports,
-    and the names bound to ``C(...)`` (a callee named in CapWords, as classes are) or to a dotted
-    name (kept when bound once)."""
+    and the names bound to ``C(...)`` (a callee named in CapWords, as classes are), to another
+    call's result (``logger = make_logger(...)``) or to a dotted name (kept when bound once)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.imports: dict[str, Import] = {}
         self.calls: dict[str, str] = {}
+        self.results: dict[str, str] = {}
         self.aliases: dict[str, str] = {}
         self.defined: set[str] = set()
 
@@ -125,6 +126,8 @@ class ScopeNames:
             callee = dotted(value.func)
             if callee is not None and callee.rpartition(".")[2][:1].isupper():  # a class, by its name
                 self.calls[name] = callee
+            elif callee is not None:
+                self.results[name] = callee
         elif kind is ast.Name or kind is ast.Attribute:
             text = dotted(value)
             if text is not None:
@@ -160,6 +163,7 @@ class ScopeNames:
         return Scope(imports={name: imp for name, imp in self.imports.items() if name in once},
                      instances=instances,
                      aliases={name: text for name, text in self.aliases.items() if name in once and name != text},
+                     results={name: text for name, text in self.results.items() if name in once},
                      nested=frozenset(self.defined & once), locals=frozenset(self.counts))
 
 

@@ -59,7 +59,7 @@ class ProjectModules:
     def __init__(self, root: Path, src: Sequence[Path] = (), cache_dir: Path | None = None):
         self.root = os.path.realpath(root)
         self.src = [os.path.realpath(os.path.join(self.root, folder)) for folder in src]
-        self.cache_dir = Path(cache_dir) / f"summaries-{SUMMARY_VERSION}" if cache_dir is not None else None
+        self.cache = SummaryCache(Path(cache_dir) / f"summaries-{SUMMARY_VERSION}") if cache_dir is not None else None
         self._loaded: dict[str, tuple[str, ModuleSummary | None, tuple[int, int] | None]] = {}
         self._by_content: dict[tuple[str, str], ModuleSummary | None] = {}
         self._found: dict[tuple[str, str], str | None] = {}
@@ -209,7 +209,7 @@ class ProjectModules:
         key = (path, digest)
         if key in self._by_content:
             return self._by_content[key]
-        summary = self._cached(path, digest)
+        summary = self.cache.get(path, digest) if self.cache is not None else None
         if summary is None:
             try:
                 tree = tree if tree is not None else ast.parse(source)
@@ -217,40 +217,10 @@ class ProjectModules:
                 self._by_content[key] = None
                 return None
             summary = summarize_module(tree, source, path)
-            if store:
-                self._store(path, digest, summary)
+            if store and self.cache is not None:
+                self.cache.put(path, digest, summary)
         self._by_content[key] = summary
         return summary
-
-    # -- the disk cache
-
-    def _entry(self, path: str, digest: str) -> Path:
-        key = hashlib.sha256(f"{path}\0{digest}".encode("utf-8", "surrogatepass")).hexdigest()
-        return self.cache_dir / key[:2] / f"{key[2:]}.json"
-
-    def _cached(self, path: str, digest: str) -> ModuleSummary | None:
-        if self.cache_dir is None:
-            return None
-        try:
-            data = json.loads(self._entry(path, digest).read_text(encoding="utf-8"))
-            if data["version"] != SUMMARY_VERSION or data["path"] != path or data["sha256"] != digest:
-                return None
-            return ModuleSummary.from_json(data["summary"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-    def _store(self, path: str, digest: str, summary: ModuleSummary) -> None:
-        if self.cache_dir is None:
-            return
-        entry = self._entry(path, digest)
-        try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            temporary = entry.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"version": SUMMARY_VERSION, "path": path, "sha256": digest,
-                                             "summary": summary.to_json()}), encoding="utf-8")
-            os.replace(temporary, entry)
-        except OSError:
-            pass  # a cache that cannot be written is only slower
 
     # -- imports
 
@@ -345,7 +315,8 @@ class ProjectModules:
                 folder = os.path.dirname(folder)
             bases = [folder]
         else:
-            bases = list(dict.fromkeys([folder, self._package_root(folder), self.root, *self.src]))
+            bases = list(dict.fromkeys([folder, self._package_root(folder), self.root, *self.src,
+                                        *_namespace_roots(folder, module, self.root)]))
         for base in bases:
             found = self._find(base, module)
             if found is not None:
@@ -371,6 +342,38 @@ class ProjectModules:
                 found = os.path.dirname(found)
             self._package_roots[folder] = found
         return found
+
+
+class SummaryCache:
+    """Complete local summaries kept on disk as JSON, keyed by path and content hash: an
+    unreadable, corrupt or stale entry is a miss, and a cache that cannot be written is only slower."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def _entry(self, path: str, digest: str) -> Path:
+        key = hashlib.sha256(f"{path}\0{digest}".encode("utf-8", "surrogatepass")).hexdigest()
+        return self.folder / key[:2] / f"{key[2:]}.json"
+
+    def get(self, path: str, digest: str) -> ModuleSummary | None:
+        try:
+            data = json.loads(self._entry(path, digest).read_text(encoding="utf-8"))
+            if data["version"] != SUMMARY_VERSION or data["path"] != path or data["sha256"] != digest:
+                return None
+            return ModuleSummary.from_json(data["summary"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, path: str, digest: str, summary: ModuleSummary) -> None:
+        entry = self._entry(path, digest)
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            temporary = entry.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"version": SUMMARY_VERSION, "path": path, "sha256": digest,
+                                             "summary": summary.to_json()}), encoding="utf-8")
+            os.replace(temporary, entry)
+        except OSError:
+            pass
 
 
 def _reparse(path: str, digest: str) -> ModuleSummary | None:
@@ -417,6 +420,20 @@ def _stamp(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_mtime_ns, status.st_size
+
+
+def _namespace_roots(folder: str, module: str, root: str) -> list[str]:
+    """For ``import pkg.sub.mod`` in a file inside a folder named ``pkg`` (a namespace package, one
+    without ``__init__.py``, or a package whose ``__init__.py`` is not in the project): the folder
+    above that ``pkg``, innermost first, inside the project's ``root``."""
+    first = module.partition(".")[0]
+    found = []
+    current = folder
+    while _inside(current, root) and os.path.dirname(current) != current:
+        if os.path.basename(current) == first:
+            found.append(os.path.dirname(current))
+        current = os.path.dirname(current)
+    return found
 
 
 def _inside(path: str, root: str) -> bool:

@@ -188,6 +188,9 @@ class Resolver:
         if text is not None:
             found = self._object(module.path, scope_name, text, consulted, seen)
             return (_INSTANCE, found[1], found[2]) if found is not None and found[0] == _CLASS else None
+        text = scope.results.get(name)
+        if text is not None:
+            return self._returned_instance(self._object(module.path, scope_name, text, consulted, seen), consulted, seen)
         imported = scope.imports.get(name)
         if imported is not None:
             return self._import(module.path, imported, consulted, seen)
@@ -196,6 +199,18 @@ class Resolver:
             return (_CLASS, module.path, qualname) if qualname in module.classes else \
                 (_FUNCTION, module.path, qualname, False)
         return None  # a local whose value nothing here knows
+
+    def _returned_instance(self, found: tuple | None, consulted: set[str], seen: set) -> tuple | None:
+        """The instance a call of ``found`` gives back: a function of the project whose every
+        return is ``C(...)`` or None (FunctionSummary.returns_instance); None otherwise."""
+        if found is None or found[0] != _FUNCTION:
+            return None
+        module = self._module(found[1], consulted)
+        function = module.function(found[2]) if module is not None else None
+        if function is None or not function.returns_instance:
+            return None
+        value = self._object(found[1], found[2], function.returns_instance, consulted, seen)
+        return (_INSTANCE, value[1], value[2]) if value is not None and value[0] == _CLASS else None
 
     def _global(self, module: ModuleSummary, name: str, consulted: set[str], seen: set) -> tuple | None:
         """A module-level name, through the module's imports (a cycle of re-exports is unresolved)."""

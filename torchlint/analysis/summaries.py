@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 6
+SUMMARY_VERSION = 7
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -119,11 +119,13 @@ def public(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
 class Sync:
     """The host waits for the device. ``how``: "method" (``.item()``, ``.cpu()``, ``.numpy()``,
     ``.tolist()``), "conversion" (``float(t)``, ``int(t)``, ``bool(t)``), "print", "format" (an
-    f-string, ``%`` or ``.format``) or "synchronize" (``torch.cuda.synchronize()``, which reads
-    DEVICE). ``reads``: what the value may be: a method's receiver is a tensor whatever it is;
-    a conversion, print or format syncs only on a tensor, so ``float(x)`` on a parameter syncs
-    where the caller passes one, and a Python number (``len(x)``, ``loss.item()``, an ``int``
-    parameter) is no sync at all and is not recorded."""
+    f-string, ``%`` or ``.format``), "log" (a value given to TensorBoard's ``add_scalar``),
+    "guarded" (a method under a test that the value is a tensor: ``if torch.is_tensor(v):
+    v = v.item()``) or "synchronize" (``torch.cuda.synchronize()``, which reads DEVICE).
+    ``reads``: what the value may be: a method's receiver is a tensor whatever it is; a
+    conversion, print, format, log or guarded read syncs only on a tensor, so ``float(x)`` on a
+    parameter syncs where the caller passes one, and a Python number (``len(x)``, ``loss.item()``,
+    an ``int`` parameter) is no sync at all and is not recorded."""
 
     effect: Effect
     reads: tuple[Operand, ...]
@@ -254,13 +256,16 @@ class Scope:
     """What the names of one scope (a function, or the module) mean, for resolving calls:
     ``imports``, ``instances`` (a name bound once to ``C(...)``, or a parameter annotated ``C``),
     ``aliases`` (a name bound once to a dotted name: ``step = self.train_step``), ``nested``
-    (functions and classes defined in it, bound once) and ``locals`` (every name bound in it)."""
+    (functions and classes defined in it, bound once), ``locals`` (every name bound in it) and
+    ``results`` (a name bound once to the result of a call that is no ``C(...)``:
+    ``logger = make_logger(...)``, the dotted callee)."""
 
     imports: dict[str, Import] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     nested: frozenset[str] = frozenset()
     locals: frozenset[str] = frozenset()
+    results: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -279,7 +284,9 @@ class FunctionSummary:
     ``convolutions``: the convolutions it builds, one of each dimension (transitively: the one
     reached by the shortest chain of calls).
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
-    the value is ``C(...)`` ("" otherwise)."""
+    the value is ``C(...)`` ("" otherwise). ``returns_instance``: the dotted ``C`` (read in the
+    function's scope) when every return gives ``C(...)`` or None, directly or through a local
+    name bound only to those ("" otherwise): ``def make_logger(): ... return Logger(...)``."""
 
     path: str
     qualname: str
@@ -307,6 +314,7 @@ class FunctionSummary:
     scope: Scope
     self_attributes: dict[str, str] = field(default_factory=dict)
     convolutions: tuple[Convolution, ...] = ()
+    returns_instance: str = ""
 
     @property
     def returns_parameters(self) -> tuple[Operand, ...]:

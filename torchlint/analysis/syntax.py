@@ -433,3 +433,10 @@ def scope_name(ancestors: list[cst.CSTNode]) -> str | None:
     while scopes and not isinstance(scopes[-1], cst.FunctionDef):
         scopes.pop()  # a class body runs once, as module-level code does
     return ".".join(node.name.value for node in scopes) or None
+
+
+def line_within(statement: cst.BaseStatement, node: cst.CSTNode) -> int:
+    """The line (0-based) on which ``node`` starts in the code of ``statement`` that holds it: tells
+    apart the lines of a statement written over several (positions are known only after the walk)."""
+    wrapper = cst.MetadataWrapper(cst.Module(body=[statement]), unsafe_skip_copy=True)
+    return wrapper.resolve(cst.metadata.PositionProvider)[node].start.line - 1

@@ -50,6 +50,9 @@ DERIVING_BUILTINS = frozenset({"min", "max", "sum", "abs", "round", "sorted", "l
                                "frozenset"})
 BUILTINS = PYTHON_BUILTINS | DERIVING_BUILTINS
 HOST_CONVERSIONS = frozenset({"float", "int", "bool"})
+# Loggers that take a tensor as their second argument and read it on the host (TensorBoard's
+# SummaryWriter, and the project's classes derived from it)
+TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
 PYTHON_COMPARISONS = (ast.In, ast.NotIn, ast.Is, ast.IsNot)
 HOST_NEUTRAL = frozenset({"detach", "clone", "float", "double", "long", "int", "half", "squeeze", "flatten", "view",
                           "reshape"})  # methods that leave a host copy on the host
@@ -94,6 +97,7 @@ class WalkerState:
         self.env: dict[str, tuple[Operand, ...]] = {}
         self.grad: bool | None = True
         self.periodic = False
+        self.tensor_guarded = False  # periodic only because a test asks whether a value is a tensor
         self.declared_globals: set[str] = set()
         self.qualified_cache: dict[str, str | None] = {}
         self.syncs: list[Sync] = []
@@ -109,6 +113,7 @@ class WalkerState:
         self.call_index: dict[int, int] = {}  # id(ast.Call) -> index in calls
         self.fallbacks: dict[int, tuple[Operand, ...]] = {}  # index in calls -> the result if unresolved
         self.bound_values: dict[str, ast.AST | None] = {}
+        self.all_bound_values: dict[str, list[ast.AST | None]] = {}  # every value a local name is bound to
         self.self_attributes: dict[str, str] = {}
         self.generator = False
         self.builds: set[str] = set()
@@ -223,7 +228,9 @@ class WalkerState:
         return None
 
     def _sync(self, node: ast.AST, ops: tuple[Operand, ...], how: str) -> None:
-        if not self.periodic and ops:
+        if ops and (not self.periodic or self.tensor_guarded):
+            if self.tensor_guarded and how == "method":
+                how = "guarded"  # `if isinstance(v, torch.Tensor): v = v.item()`: a sync where v is a tensor
             self.syncs.append(Sync(self._effect(node), public(ops), how))
 
     def _keep(self, node: ast.AST, ops: tuple[Operand, ...], holder: Operand, container: ast.AST, how: str) -> None:
@@ -244,6 +251,7 @@ class WalkerState:
             self.env[name] = ops
             self.names.bind(name, value)
             self.bound_values[name] = value
+            self.all_bound_values.setdefault(name, []).append(value)
         elif kind is ast.Tuple or kind is ast.List:
             for element in target.elts:
                 self.assign(element, ops, None, statement, how)
@@ -425,6 +433,11 @@ class ExpressionFacts(WalkerState):
         if method == "format" and type(func.value) is ast.Constant and isinstance(func.value.value, str):
             self._sync(node, union(*positional, *keywords), "format")  # "{:.3f}".format(loss)
             return ()
+        if method in TENSOR_LOGGERS:  # writer.add_scalar("loss", loss, step); a project's own method is followed too
+            value = positional[1] if len(positional) > 1 else next(
+                (ops for keyword, ops in zip(node.keywords, keywords) if keyword.arg in ("scalar_value",
+                                                                                          "tag_scalar_dict")), ())
+            self._sync(node, value, "log")
         if method == "backward" or method in BACKWARD_METHODS:
             self.backward.append(self._effect(node))
             return ()
