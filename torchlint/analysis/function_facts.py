@@ -166,7 +166,8 @@ class FunctionWalker(ExpressionFacts):
             builds=tuple(sorted(self.builds)),
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
-            convolutions=tuple(self.convolutions[dimension] for dimension in sorted(self.convolutions)))
+            convolutions=tuple(self.convolutions[dimension] for dimension in sorted(self.convolutions)),
+            forwards=tuple(self.model_calls))
 
     def _bound_once(self, node: ast.AST | None) -> ast.AST | None:
         """A local name bound once stands for the value it was bound to."""

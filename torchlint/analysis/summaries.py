@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 5
+SUMMARY_VERSION = 6
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -276,7 +276,8 @@ class FunctionSummary:
     ``convolutions``: the convolutions it builds, one of each dimension (transitively: the one
     reached by the shortest chain of calls).
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
-    the value is ``C(...)`` ("" otherwise)."""
+    the value is ``C(...)`` ("" otherwise). ``forwards``: the model calls it runs in any grad
+    mode (``forwards_with_grad`` those with grad on): a call of it evaluates or trains a model."""
 
     path: str
     qualname: str
@@ -304,6 +305,7 @@ class FunctionSummary:
     scope: Scope
     self_attributes: dict[str, str] = field(default_factory=dict)
     convolutions: tuple[Convolution, ...] = ()
+    forwards: tuple[Effect, ...] = ()
 
     @property
     def returns_parameters(self) -> tuple[Operand, ...]:

@@ -508,13 +508,15 @@ class ExpressionFacts(WalkerState):
         return union(*positional)
 
     def _is_model_call(self, text: str) -> bool:
-        """A callee named like a model (``model``, ``self.net``, ``encoder``), or ``self(...)``."""
+        """A callee named like a model (``model``, ``self.net``, ``encoder``), one the function put
+        in eval mode before (``self.net_g.eval()``, then ``self.net_g(x)``), or ``self(...)``."""
         if self.self_name is not None and self.kind == "method" and text in (self.self_name,
                                                                                f"{self.self_name}.forward"):
             return True  # `self(x)` runs the module; `cls()` in a classmethod builds one
         name = text[:-len(".forward")] if text.endswith(".forward") else text
         last = name.rsplit(".", 1)[-1]
-        return bool(MODEL_NAME.search(last)) and not MODEL_BUILDER.match(last)
+        return bool(MODEL_NAME.search(last)) and not MODEL_BUILDER.match(last) \
+            or any(call.mode == "eval" and call.receiver == name for call in self.modes)
 
     def _call_site(self, node: ast.Call, text: str, positional: list, keywords: list, receiver: tuple,
                    fallback: tuple, star: bool) -> int:
