@@ -153,9 +153,9 @@ def _identifiers(node: cst.CSTNode) -> set[str]:
 
 
 # What a test runner collects or a test uses: pytest's ``test*`` functions and ``Test*`` classes,
-# a unittest ``TestCase``, the runners themselves.
-HOLDS_TEST = re.compile(r"^[ \t]*(async[ \t]+)?def[ \t]+test|^[ \t]*class[ \t]+Test|TestCase|\bpytest\b|\bunittest\b",
-                        re.MULTILINE)
+# a unittest ``TestCase``, the runners themselves (not in a comment).
+HOLDS_TEST = re.compile(r"^[ \t]*(async[ \t]+)?def[ \t]+test|^[ \t]*class[ \t]+Test"
+                        r"|^[^#\n]*(TestCase|\bpytest\b|\bunittest\b)", re.MULTILINE)
 
 
 def is_test_file(path: str, root: Path | None, source: str | None = None) -> bool:
