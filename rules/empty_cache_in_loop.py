@@ -79,8 +79,8 @@ import libcst as cst
 
 from torchlint.analysis.calls import ast_call_summary, ast_forward_in, ast_project_mentions, related, where
 from torchlint.analysis.conditions import is_periodic_test
-from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_loop_lines, ast_training_loop_lines,
-                                     calls_model, iterated_name)
+from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines, calls_model,
+                                     iterated_name)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
 from torchlint.fixes import removal_edit
 from torchlint.rule import Rule, SyntaxIndex
@@ -143,9 +143,8 @@ class EmptyCacheInLoop(Rule):
             return True
         if not ast_project_mentions(index, "empty_cache"):
             return False  # no code the file reaches empties the cache
-        batches, loops = ast_batch_loop_lines(index), ast_loop_lines(index)
-        return any(loops[call.lineno] and _clears_cache(ast_call_summary(index, call))
-                   and (batches[call.lineno] or _ast_loop_runs_model(index, call))
+        batches = ast_batch_loop_lines(index)  # a helper's call: no model run through another helper
+        return any(batches[call.lineno] and _clears_cache(ast_call_summary(index, call))
                    for call in index.nodes(ast.Call) if isinstance(call.func, (ast.Name, ast.Attribute)))
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -158,7 +157,7 @@ class EmptyCacheInLoop(Rule):
             if not _clears_cache(helper):
                 return
         loops = self.ctx.loops.enclosing_loops()
-        if not loops or not self._every_iteration(loops[0]):
+        if not loops or not self._every_iteration(loops[0], helper is None):
             return
         if helper is not None:
             effect = helper.clears_cache[0]
@@ -170,10 +169,13 @@ class EmptyCacheInLoop(Rule):
         self.report(node, f"`{self.ctx.code_for(node)}` in a loop makes every iteration wait for the GPU and hands "
                           "back memory the next iteration allocates again; remove it", self._fix(node))
 
-    def _every_iteration(self, loop: cst.CSTNode) -> bool:
+    def _every_iteration(self, loop: cst.CSTNode, direct: bool) -> bool:
         """Does the call run on every iteration of its innermost loop, and is that a loop over
         batches (it trains, evaluates, runs a model, or iterates a loader) rather than over
-        epochs, models or benchmark candidates?"""
+        epochs, models or benchmark candidates? A helper that empties the cache (``direct``
+        False) needs the loop's own code to say so: its summary cannot see a schedule kept in
+        the object (``if self.control.should_evaluate:``), so a model run through another
+        helper is too little evidence beside it."""
         for node in reversed(self.ctx.ancestors[:-1]):
             if node is loop:
                 break
@@ -190,9 +192,9 @@ class EmptyCacheInLoop(Rule):
             return False  # beside (not inside) an inner loop over batches: once per pass of it
         if MEASURES_MEMORY.search(self.ctx.code_for(loop)):
             return False  # per-batch memory measurements: emptying the cache keeps them apart
-        return self._batch_loop(loop)
+        return self._batch_loop(loop, through_helpers=direct)
 
-    def _batch_loop(self, loop: cst.CSTNode) -> bool:
+    def _batch_loop(self, loop: cst.CSTNode, through_helpers: bool = True) -> bool:
         if self.ctx.loops.backpropagated_names(loop) is not None or calls_model(loop.body):
             return True
         loader = iterated_name(loop, self.ctx.bindings) if isinstance(loop, cst.For) else None
@@ -200,7 +202,7 @@ class EmptyCacheInLoop(Rule):
             return True
         # a model run through the project's code (`self.test()` per validation image), unless the
         # loop is itself inside a model: a module's methods loop over frames, layers or chunks
-        return not self._in_module_method() and self.ctx.calls.forward_in(loop.body) is not None
+        return through_helpers and not self._in_module_method() and self.ctx.calls.forward_in(loop.body) is not None
 
     def _in_module_method(self) -> bool:
         function, cls = self.ctx.enclosing_function(), self.ctx.enclosing_class()

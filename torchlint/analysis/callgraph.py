@@ -385,7 +385,9 @@ class _Facts:
                 effect = keep.effect.through(via)
                 for op in binding.sources(keep.value):
                     self.keep(keep, effect, op, holder, keep.with_graph and op.graph)
-        stores = [(self.backward, callee.backward), (self.autograd, callee.autograd), (self.models, callee.forwards)]
+        stores = [(self.backward, callee.backward), (self.autograd, callee.autograd)]
+        if not site.looped:  # a model run once per call of the callee, once per call of this one
+            stores.append((self.models, callee.forwards))
         if site.grad is True:
             stores.append((self.forwards, callee.forwards_with_grad))
         for store, effects in stores:

@@ -76,10 +76,11 @@ class Calls:
         return None if resolved is None else resolved.function
 
     def forward_in(self, node: cst.CSTNode) -> Effect | None:
-        """A model call that some call of the project's code in ``node`` runs, in any grad mode
-        (``self.test()`` whose method runs ``self.net_g(self.lq)`` under ``no_grad``): the code
-        evaluates or trains a model. Functions, lambdas and classes defined in ``node`` are not
-        entered; None when no call there is known to run one."""
+        """A model call that some call of the project's code in ``node`` runs once per call, in any
+        grad mode (``self.test()`` whose method runs ``self.net_g(self.lq)`` under ``no_grad``; not
+        ``self.evaluate()`` that loops over a dataset): the code evaluates or trains a model on one
+        input. Functions, lambdas and classes defined in ``node`` are not entered; None when no
+        call there is known to run one."""
         found: list[Effect] = []
 
         def on_visit(child: cst.CSTNode) -> bool:

@@ -100,13 +100,18 @@ class FunctionWalker(ExpressionFacts):
             self.assign(target.elts[0], (), None, node, "assign")  # the count
             target = target.elts[1]
         self.assign(target, ops, None, node, "assign")
-        self.block(node.body)
+        self._loop_body(node.body)
         self.block(node.orelse)
 
     def _while(self, node: ast.While) -> None:
         self.value(node.test)
-        self.block(node.body)
+        self._loop_body(node.body)
         self.block(node.orelse)
+
+    def _loop_body(self, body: list[ast.stmt]) -> None:
+        looped, self.looped = self.looped, True
+        self.block(body)
+        self.looped = looped
 
     def _with(self, node: ast.With) -> None:
         grad = self.grad
@@ -167,7 +172,7 @@ class FunctionWalker(ExpressionFacts):
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
             convolutions=tuple(self.convolutions[dimension] for dimension in sorted(self.convolutions)),
-            forwards=tuple(self.model_calls))
+            forwards=tuple(self.forwards_once))
 
     def _bound_once(self, node: ast.AST | None) -> ast.AST | None:
         """A local name bound once stands for the value it was bound to."""

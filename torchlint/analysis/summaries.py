@@ -218,7 +218,7 @@ class CallSite:
     """A call written in the function, unresolved: ``callee`` is its dotted text. ``fallback``:
     the result's operands if nothing resolves it. ``periodic``: under a condition that holds
     every k-th call; ``grad``: whether grad is on there (None: unknown); ``star``: ``*args`` or
-    ``**kwargs`` given."""
+    ``**kwargs`` given; ``looped``: in a loop of the function."""
 
     callee: str
     effect: Effect
@@ -228,6 +228,7 @@ class CallSite:
     periodic: bool
     grad: bool | None
     star: bool
+    looped: bool = False
 
 
 @dataclass(frozen=True)
@@ -276,8 +277,9 @@ class FunctionSummary:
     ``convolutions``: the convolutions it builds, one of each dimension (transitively: the one
     reached by the shortest chain of calls).
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
-    the value is ``C(...)`` ("" otherwise). ``forwards``: the model calls it runs in any grad
-    mode (``forwards_with_grad`` those with grad on): a call of it evaluates or trains a model."""
+    the value is ``C(...)`` ("" otherwise). ``forwards``: the model calls it runs once per call,
+    in any grad mode (outside its loops, and through calls outside them): a call of it evaluates
+    or trains a model on one input, not a whole pass over a dataset."""
 
     path: str
     qualname: str

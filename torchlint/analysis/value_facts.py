@@ -94,6 +94,7 @@ class WalkerState:
         self.env: dict[str, tuple[Operand, ...]] = {}
         self.grad: bool | None = True
         self.periodic = False
+        self.looped = False  # in a loop of the function
         self.declared_globals: set[str] = set()
         self.qualified_cache: dict[str, str | None] = {}
         self.syncs: list[Sync] = []
@@ -101,6 +102,7 @@ class WalkerState:
         self.keeps: list[Keep] = []
         self.forwards: list[Effect] = []
         self.model_calls: list[Effect] = []  # TENSOR operands' index: which of these made the tensor
+        self.forwards_once: list[Effect] = []  # the model calls outside the function's loops
         self.backward: list[Effect] = []
         self.autograd: list[Effect] = []
         self.modes: list[ModeCall] = []
@@ -408,6 +410,8 @@ class ExpressionFacts(WalkerState):
                 self.forwards.append(effect)
             result = fallback = (operand(TENSOR, len(self.model_calls), None, self.grad is True),)
             self.model_calls.append(effect)
+            if not self.looped:
+                self.forwards_once.append(effect)
         root = text.partition(".")[0] if text is not None else None
         if root is None or (root in self.parameter_index and root != self.self_name and root not in self.annotated):
             return fallback  # a parameter's method: nothing says what the caller passes
@@ -529,7 +533,7 @@ class ExpressionFacts(WalkerState):
         what = f"{text}(...)" if node.args or node.keywords else f"{text}()"
         index = len(self.calls)
         self.calls.append(CallSite(text, self._effect(node, what), tuple(arguments), receiver_argument,
-                                   public(fallback), self.periodic, self.grad, star))
+                                   public(fallback), self.periodic, self.grad, star, self.looped))
         self.call_index[id(node)] = index
         self.fallbacks[index] = fallback
         return index
