@@ -53,8 +53,9 @@ the loop.
 Safe: emptying the cache never changes a value, only when memory goes back to the driver. The fix
 deletes the statement (a lone statement of a block becomes `pass`; a guard like
 `if torch.cuda.is_available():` that holds only this call goes with it). The rule only looks at
-loops over batches (a loop that calls backward, runs something named like a model, or iterates
-something named like a loader), and stays silent where the call is deliberate: in an `except`
+loops over batches (a loop that calls backward, runs something named like a model, iterates
+something named like a loader, or runs a model through the project's own code, such as a
+`self.test()` per validation image, outside the methods of a model itself), and stays silent where the call is deliberate: in an `except`
 block (freeing memory after an out-of-memory error before a retry), under a condition that holds
 every k-th step (`if step % 100 == 0:`), once per pass of an inner loop over batches or once per
 epoch (the loop variable or iterable is named like `epoch`), in loops over models, configurations
@@ -76,7 +77,7 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
+from torchlint.analysis.calls import ast_call_summary, ast_forward_in, ast_project_mentions, related, where
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines, calls_model,
                                      iterated_name)
@@ -117,6 +118,13 @@ def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
     return index.memo("batch-loop-lines", lambda: index.lines(loop for loop in index.nodes(*AST_LOOPS) if batch_loop(loop)))
 
 
+def _ast_loop_runs_model(index: SyntaxIndex, call: ast.Call) -> bool:
+    """The precheck twin of ``_batch_loop``'s last question: does the innermost loop around the
+    call run a model through the project's code (``self.test()`` per validation image)?"""
+    loop = index.place(call).loop
+    return loop is not None and index.memo(("TL801 runs a model", id(loop)), lambda: ast_forward_in(index, loop))
+
+
 def _clears_cache(summary) -> bool:
     """A helper whose every call empties the CUDA cache (directly or through its own callees)."""
     return summary is not None and bool(summary.clears_cache)
@@ -136,11 +144,12 @@ class EmptyCacheInLoop(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         # a call in a loop over batches (the loop around it is one, so its lines are)
         cleared = index.calls("empty_cache")
-        if cleared and any(ast_batch_loop_lines(index)[call.lineno] for call in cleared):
+        if cleared and any(ast_batch_loop_lines(index)[call.lineno] or _ast_loop_runs_model(index, call)
+                           for call in cleared):
             return True
         if not ast_project_mentions(index, "empty_cache"):
             return False  # no code the file reaches empties the cache
-        batches = ast_batch_loop_lines(index)
+        batches = ast_batch_loop_lines(index)  # a helper's call: no model run through another helper
         return any(batches[call.lineno] and _clears_cache(ast_call_summary(index, call))
                    for call in index.nodes(ast.Call) if isinstance(call.func, (ast.Name, ast.Attribute)))
 
@@ -154,7 +163,7 @@ class EmptyCacheInLoop(Rule):
             if not _clears_cache(helper):
                 return
         loops = self.ctx.loops.enclosing_loops()
-        if not loops or not self._every_iteration(loops[0]):
+        if not loops or not self._every_iteration(loops[0], helper is None):
             return
         if helper is not None:
             effect = helper.clears_cache[0]
@@ -166,10 +175,13 @@ class EmptyCacheInLoop(Rule):
         self.report(node, f"`{self.ctx.code_for(node)}` in a loop makes every iteration wait for the GPU and hands "
                           "back memory the next iteration allocates again; remove it", self._fix(node))
 
-    def _every_iteration(self, loop: cst.CSTNode) -> bool:
+    def _every_iteration(self, loop: cst.CSTNode, direct: bool) -> bool:
         """Does the call run on every iteration of its innermost loop, and is that a loop over
         batches (it trains, evaluates, runs a model, or iterates a loader) rather than over
-        epochs, models or benchmark candidates?"""
+        epochs, models or benchmark candidates? A helper that empties the cache (``direct``
+        False) needs the loop's own code to say so: its summary cannot see a schedule kept in
+        the object (``if self.control.should_evaluate:``), so a model run through another
+        helper is too little evidence beside it."""
         for node in reversed(self.ctx.ancestors[:-1]):
             if node is loop:
                 break
@@ -186,13 +198,22 @@ class EmptyCacheInLoop(Rule):
             return False  # beside (not inside) an inner loop over batches: once per pass of it
         if MEASURES_MEMORY.search(self.ctx.code_for(loop)):
             return False  # per-batch memory measurements: emptying the cache keeps them apart
-        return self._batch_loop(loop)
+        return self._batch_loop(loop, through_helpers=direct)
 
-    def _batch_loop(self, loop: cst.CSTNode) -> bool:
+    def _batch_loop(self, loop: cst.CSTNode, through_helpers: bool = True) -> bool:
         if self.ctx.loops.backpropagated_names(loop) is not None or calls_model(loop.body):
             return True
         loader = iterated_name(loop, self.ctx.bindings) if isinstance(loop, cst.For) else None
-        return loader is not None and bool(LOADER_NAME.search(loader.rsplit(".", 1)[-1]))
+        if loader is not None and LOADER_NAME.search(loader.rsplit(".", 1)[-1]):
+            return True
+        # a model run through the project's code (`self.test()` per validation image), unless the
+        # loop is itself inside a model: a module's methods loop over frames, layers or chunks
+        return through_helpers and not self._in_module_method() and self.ctx.calls.forward_in(loop.body) is not None
+
+    def _in_module_method(self) -> bool:
+        function, cls = self.ctx.enclosing_function(), self.ctx.enclosing_class()
+        return function is not None and (function.name.value == "forward"
+                                         or cls is not None and cls.name.value in self.ctx.modules.classes)
 
     def _fix(self, node: cst.Call):
         expression = self.ctx.parent

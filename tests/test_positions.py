@@ -10,6 +10,7 @@ import libcst as cst
 import pytest
 
 from torchlint import engine, positions
+from torchlint.config import resolve_settings
 from torchlint.diagnostics import SourceText
 from torchlint.analysis.walk import walk
 
@@ -76,7 +77,6 @@ def test_a_statement_that_does_not_match_the_source_falls_back():
 def test_the_engine_renders_only_the_statements_with_findings(monkeypatch):
     """A finding in a file with many statements is positioned without rendering the whole module
     (the statement path was once cut off by an early return, and every file paid a full render)."""
-    from torchlint.config import resolve_settings
 
     def whole_module(*args):
         raise AssertionError("the whole module was rendered")
@@ -117,3 +117,16 @@ def test_statement_by_statement_positions_match_the_whole_render_on_every_fixtur
         assert all(spans[node] == expected[id(node)] and indents.get(id(node), blocks[id(node)]) == blocks[id(node)]
                    for node in nodes), path
     assert fell_back == []
+
+
+@pytest.mark.parametrize("after", ["", "\n\nprint('after')\n", "\n\ndef g():\n    return 1\n"])
+def test_removing_the_last_statement_of_a_block_edits_its_lines_only(after):
+    # the statement that ends a loop, a function and (without `after`) the module: its own lines go,
+    # with the blank line above it and its trailing comment, and no edit spans the module
+    source = ("import torch\n\n\ndef train(model, loader, optimizer):\n    for x in loader:\n"
+              "        model(x).backward()\n        optimizer.step()\n\n        torch.cuda.empty_cache()  # free\n") + after
+    settings = resolve_settings(None, isolated=True, select=["TL801"])
+    [diagnostic] = engine.lint_source(source, "train.py", settings)
+    [edit] = diagnostic.fix.edits
+    removed = "\n        torch.cuda.empty_cache()  # free\n"  # the blank line, then the statement
+    assert (edit.start, edit.end, edit.text) == (source.index(removed), source.index(removed) + len(removed), "")

@@ -1,6 +1,7 @@
 """What applies to test code (issue 15: 57 findings in one project's tests/): performance advice
 does not (a test's speed is not the point), correctness, deprecation and migration findings do.
-Test code is a file where test runners look (test_*.py, *_test.py, conftest.py, a tests/ folder),
+Test code is a file where test runners look (a test_*.py or *_test.py that holds a test, conftest.py,
+a tests/ folder),
 a test_* function that nothing in its file calls, or a unittest TestCase's method."""
 
 from __future__ import annotations
@@ -50,3 +51,15 @@ def test_a_test_function_in_a_module_is_test_code_unless_the_file_calls_it(tmp_p
     settings = resolve_settings(tmp_path, isolated=True, select=["ALL"])
     assert sorted({d.code for d in lint_source(called, str(tmp_path / "eval.py"), settings)}) == [
         "TL101", "TL102", "TL201", "TL801"]
+
+
+def test_a_file_named_like_a_test_that_holds_none_is_a_program(tmp_path):
+    # `feature_extraction_test.py`: an evaluation protocol named "test", no test a runner collects
+    program = SOURCE.format(name="train").replace("import unittest\n", "")
+    settings = resolve_settings(tmp_path, isolated=True, select=["ALL"])
+    for path in ("train_test.py", "test_train.py"):
+        assert sorted({d.code for d in lint_source(program, str(tmp_path / path), settings)}) == [
+            "TL101", "TL102", "TL201", "TL801"], path
+    for path in ("tests/train.py", "conftest.py"):  # where runners look whatever the file holds
+        assert sorted({d.code for d in lint_source(program, str(tmp_path / path), settings)}) == [
+            "TL101", "TL102"], path

@@ -73,7 +73,7 @@ class RuleContext:
     @cached_property
     def programs(self) -> Programs:
         return Programs(self.path, lambda: self.code, self.module, self.loops, getattr(self.settings, "root", None),
-                        self.ancestors, self.bindings, lambda: self.calls)
+                        self.ancestors, self.bindings, lambda: self.calls, self.source)
 
     @cached_property
     def modules(self) -> Modules:

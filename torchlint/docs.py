@@ -26,7 +26,7 @@ FAMILIES = {"0": "tool", "1": "memory and autograd", "2": "devices and transfers
             "8": "host syncs and loop hygiene", "9": "Lightning"}
 
 
-# Test code: test files (test_*.py, *_test.py, conftest.py, under tests/ or testing/), test_*
+# Test code: test files (test_*.py and *_test.py holding a test, conftest.py, under tests/ or testing/), test_*
 # functions that the file does not call itself, and unittest TestCase methods (Programs.in_test_code).
 TEST_CODE_TEXT = {
     True: "not reported (a test's speed is not the point; see the README's \"Test code\")",

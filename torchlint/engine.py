@@ -270,7 +270,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     if skip_file(source):
         return []
     rules = settings.rules_for(path) if rules is None else rules
-    if is_test_file(path, getattr(settings, "root", None)):
+    if is_test_file(path, getattr(settings, "root", None), source):
         rules = [rule for rule in rules if not rule.silent_in_test_code()]  # see Rule.report
     candidates = [rule for rule in rules if rule.applies(source) or rule.reaches and _reaches(rule, path, source,
                                                                                              settings)]

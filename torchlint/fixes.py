@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class NodeEdit:
     node: cst.CSTNode
     text: str | cst.CSTNode  # replacement text, or a node rendered in the file's own style
-    where: str = "replace"  # replace | before | after | line_before | line_after
+    where: str = "replace"  # replace | before | after | line_before | line_after | lines
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,8 @@ def removal_edit(ctx: RuleContext, statement: cst.BaseStatement,
     if position == len(body) - 1:
         if comments:
             return None
+        if not replacements:  # its lines go, with its trailing comment and its newline
+            return NodeEdit(statement, "", "lines")
         new_body = body[:-1]
     else:
         following = body[position + 1]

@@ -268,6 +268,11 @@ def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module, inden
     if edit.where == "line_before":
         line_start = text.line_starts[span.start.line - 1]
         return Edit(line_start, line_start, new)
+    if edit.where == "lines":  # the node's whole lines, its leading lines (a statement's) included
+        first = span.start.line - 1 - len(getattr(edit.node, "leading_lines", ()))
+        line = span.end.line  # 0-based index of the next line
+        end = text.line_starts[line] if line < len(text.line_starts) else len(text.text)
+        return Edit(text.line_starts[first], end, new)
     if edit.where == "line_after":
         line = span.end.line  # 0-based index of the next line
         offset = text.line_starts[line] if line < len(text.line_starts) else len(text.text)

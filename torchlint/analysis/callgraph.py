@@ -343,6 +343,7 @@ class _Facts:
         self.clears: dict = {}
         self.keeps: dict = {}
         self.forwards: dict = {}
+        self.models: dict = {}  # model calls in any grad mode
         self.backward: dict = {}
         self.autograd: dict = {}
         self.modes: dict = {}  # receiver -> (position in the function, ModeCall)
@@ -377,7 +378,8 @@ class _Facts:
             for op in _expand((keep.value,), results):
                 self.keep(keep, keep.effect, op, keep.holder, keep.with_graph and op.graph)
         for store, effects in ((self.clears, local.clears_cache), (self.forwards, local.forwards_with_grad),
-                               (self.backward, local.backward), (self.autograd, local.autograd)):
+                               (self.models, local.forwards), (self.backward, local.backward),
+                               (self.autograd, local.autograd)):
             for effect in effects:
                 _shorter(store, effect.location, effect, effect)
         for call in local.mode_calls:
@@ -402,6 +404,8 @@ class _Facts:
                 for op in binding.sources(keep.value):
                     self.keep(keep, effect, op, holder, keep.with_graph and op.graph)
         stores = [(self.backward, callee.backward), (self.autograd, callee.autograd)]
+        if not site.looped:  # a model run once per call of the callee, once per call of this one
+            stores.append((self.models, callee.forwards))
         if site.grad is True:
             stores.append((self.forwards, callee.forwards_with_grad))
         for store, effects in stores:
@@ -425,7 +429,7 @@ class _Facts:
                        backward=ordered(self.backward), autograd=ordered(self.autograd),
                        mode_calls=tuple(self.modes[receiver][1] for receiver in sorted(self.modes)),
                        builds=tuple(sorted(self.builds)), convolutions=ordered(self.convolutions),
-                       returns=returns)
+                       returns=returns, forwards=ordered(self.models))
 
 
 def _signature(summary: FunctionSummary) -> tuple:
@@ -437,6 +441,7 @@ def _signature(summary: FunctionSummary) -> tuple:
         frozenset(where(e) for e in summary.clears_cache),
         frozenset((k.effect.location, k.value.key, k.holder.key, k.into, k.how, k.with_graph) for k in summary.keeps),
         frozenset(where(e) for e in summary.forwards_with_grad),
+        frozenset(where(e) for e in summary.forwards),
         frozenset(where(e) for e in summary.backward),
         frozenset(where(e) for e in summary.autograd),
         frozenset((m.receiver, m.mode, where(m.effect)) for m in summary.mode_calls),

@@ -16,7 +16,11 @@ from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.summaries import Effect, FunctionSummary, Import
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, scope_name
+from torchlint.analysis.walk import walk
 from torchlint.diagnostics import Related
+
+
+_DEFINITIONS = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 def related(effect: Effect, message: str) -> Related:
@@ -84,6 +88,26 @@ class Calls:
         resolved = self.resolve(call)
         return None if resolved is None else resolved.function
 
+    def forward_in(self, node: cst.CSTNode) -> Effect | None:
+        """A model call that some call of the project's code in ``node`` runs once per call, in any
+        grad mode (``self.test()`` whose method runs ``self.net_g(self.lq)`` under ``no_grad``; not
+        ``self.evaluate()`` that loops over a dataset): the code evaluates or trains a model on one
+        input. Functions, lambdas and classes defined in ``node`` are not entered; None when no
+        call there is known to run one."""
+        found: list[Effect] = []
+
+        def on_visit(child: cst.CSTNode) -> bool:
+            if found or type(child) in _DEFINITIONS:
+                return False
+            if type(child) is cst.Call:
+                summary = self.summary(child)
+                if summary is not None and summary.forwards:
+                    found.append(summary.forwards[0])
+            return True
+
+        walk(node, on_visit)
+        return found[0] if found else None
+
     def release(self) -> None:
         """Let go of the linted text's summary (and the tree it holds) once the file is done."""
         if self._used:
@@ -95,6 +119,13 @@ def ast_project_mentions(index: SyntaxIndex, word: str) -> bool:
     ProjectModules.mentions)? Always True when the index knows no project: a precheck may only
     say no when it is sure."""
     return index.project_mentions(word)
+
+
+def ast_forward_in(index: SyntaxIndex, node: ast.AST) -> bool:
+    """The precheck twin of ``Calls.forward_in``: could a call in ``node`` (definitions in it
+    entered: a precheck may say yes more often) run a model through the project's code?"""
+    return any(type(call) is ast.Call and (summary := ast_call_summary(index, call)) is not None
+               and bool(summary.forwards) for call in ast.walk(node))
 
 
 def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | None:

@@ -117,13 +117,18 @@ class FunctionWalker(ExpressionFacts):
             self.assign(target.elts[0], (), None, node, "assign")  # the count
             target = target.elts[1]
         self.assign(target, ops, None, node, "assign")
-        self.block(node.body)
+        self._loop_body(node.body)
         self.block(node.orelse)
 
     def _while(self, node: ast.While) -> None:
         self.value(node.test)
-        self.block(node.body)
+        self._loop_body(node.body)
         self.block(node.orelse)
+
+    def _loop_body(self, body: list[ast.stmt]) -> None:
+        looped, self.looped = self.looped, True
+        self.block(body)
+        self.looped = looped
 
     def _with(self, node: ast.With) -> None:
         grad = self.grad
@@ -184,7 +189,7 @@ class FunctionWalker(ExpressionFacts):
             returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
             convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)),
-            returns_instance=self._returns_instance())
+            returns_instance=self._returns_instance(), forwards=tuple(self.forwards_once))
 
     def _returns_instance(self) -> str:
         """The ``C`` every return gives ``C(...)`` of, or None (see FunctionSummary.returns_instance)."""

@@ -38,10 +38,11 @@ class ProjectTraining:
 class Programs:
     def __init__(self, path: str, code: Callable[[], str], module: cst.Module, loops: Loops, root: Path | None,
                  ancestors: list[cst.CSTNode], bindings: Bindings | None = None,
-                 calls: Callable[[], Calls] | None = None):
+                 calls: Callable[[], Calls] | None = None, source: str | None = None):
         self.path = path
         self.bindings = bindings
         self._calls = calls  # what a call of the project's code does (built when first asked)
+        self.source = source  # the file's text, as written
         self._code = code  # the source without comments and docstrings
         self.module = module
         self.loops = loops
@@ -195,12 +196,13 @@ class Programs:
 
     @cached_property
     def _test_file(self) -> bool:
-        return is_test_file(self.path, self.root)
+        return is_test_file(self.path, self.root, self.source)
 
     def in_test_code(self) -> bool:
-        """In a test: a file named ``test_*.py``/``*_test.py``/``conftest.py`` or under a
-        ``tests``/``testing`` folder (where test runners look), a ``test_*`` function that nothing
-        in the file calls (a test runner's), or a method of a ``unittest`` ``TestCase`` class.
+        """In a test: a ``conftest.py``, a file under a ``tests``/``testing`` folder, or a
+        ``test_*.py``/``*_test.py`` that holds a test (where test runners look, see is_test_file),
+        a ``test_*`` function that nothing in the file calls (a test runner's), or a method of a
+        ``unittest`` ``TestCase`` class.
         Performance advice does not apply there. A ``test_net(...)`` that the script itself calls
         is evaluation code."""
         if self._test_file:
@@ -227,10 +229,19 @@ def _identifiers(node: cst.CSTNode) -> set[str]:
     return found
 
 
-def is_test_file(path: str, root: Path | None) -> bool:
-    """A file where test runners look: ``test_*.py``, ``*_test.py``, ``conftest.py``, or under a
-    ``tests``/``test``/``testing`` folder of the project (folders above the project root say
-    nothing: a checkout in ``~/test/``)."""
+# What a test runner collects or a test uses: pytest's ``test*`` functions and ``Test*`` classes,
+# a unittest ``TestCase``, the runners themselves (not in a comment).
+HOLDS_TEST = re.compile(r"^[ \t]*(async[ \t]+)?def[ \t]+test|^[ \t]*class[ \t]+Test"
+                        r"|^[^#\n]*(TestCase|\bpytest\b|\bunittest\b)", re.MULTILINE)
+
+
+def is_test_file(path: str, root: Path | None, source: str | None = None) -> bool:
+    """A file where test runners look: ``conftest.py``, a file under a ``tests``/``test``/
+    ``testing`` folder of the project (folders above the project root say nothing: a checkout in
+    ``~/test/``), or a ``test_*.py``/``*_test.py`` that holds a test (given its ``source``: a
+    ``test*`` function, a ``Test*`` class, a ``TestCase``, or pytest or unittest named). A
+    ``feature_extraction_test.py`` holding an evaluation class and no test is a program whose
+    name says what it measures, like ``test.py``."""
     relative = Path(path)
     try:
         relative = relative.resolve().relative_to(Path(root).resolve()) if root is not None else relative
@@ -238,8 +249,10 @@ def is_test_file(path: str, root: Path | None) -> bool:
         pass
     parts = relative.as_posix().split("/")
     name = parts[-1]
-    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
-        or any(part in ("tests", "test", "testing") for part in parts[:-1])
+    if name == "conftest.py" or any(part in ("tests", "test", "testing") for part in parts[:-1]):
+        return True
+    return (name.startswith("test_") or name.endswith("_test.py")) and (source is None
+                                                                         or HOLDS_TEST.search(source) is not None)
 
 
 def ast_is_script(index: SyntaxIndex) -> bool:

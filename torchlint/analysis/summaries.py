@@ -223,7 +223,7 @@ class CallSite:
     """A call written in the function, unresolved: ``callee`` is its dotted text. ``fallback``:
     the result's operands if nothing resolves it. ``periodic``: under a condition that holds
     every k-th call; ``grad``: whether grad is on there (None: unknown); ``star``: ``*args`` or
-    ``**kwargs`` given."""
+    ``**kwargs`` given; ``looped``: in a loop of the function."""
 
     callee: str
     effect: Effect
@@ -233,6 +233,7 @@ class CallSite:
     periodic: bool
     grad: bool | None
     star: bool
+    looped: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,10 @@ class FunctionSummary:
     ``self_attributes``: ``self.<attr>`` assigned in this method, with the dotted callee when
     the value is ``C(...)`` ("" otherwise). ``returns_instance``: the dotted ``C`` (read in the
     function's scope) when every return gives ``C(...)`` or None, directly or through a local
-    name bound only to those ("" otherwise): ``def make_logger(): ... return Logger(...)``."""
+    name bound only to those ("" otherwise): ``def make_logger(): ... return Logger(...)``.
+    ``forwards``: the model calls it runs once per call, in any grad mode (outside its loops, and
+    through calls outside them): a call of it evaluates or trains a model on one input, not a
+    whole pass over a dataset."""
 
     path: str
     qualname: str
@@ -315,6 +319,7 @@ class FunctionSummary:
     self_attributes: dict[str, str] = field(default_factory=dict)
     convolutions: tuple[Convolution, ...] = ()
     returns_instance: str = ""
+    forwards: tuple[Effect, ...] = ()
 
     @property
     def returns_parameters(self) -> tuple[Operand, ...]:

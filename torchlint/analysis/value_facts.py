@@ -98,6 +98,7 @@ class WalkerState:
         self.grad: bool | None = True
         self.periodic = False
         self.tensor_guarded = False  # periodic only because a test asks whether a value is a tensor
+        self.looped = False  # in a loop of the function
         self.declared_globals: set[str] = set()
         self.qualified_cache: dict[str, str | None] = {}
         self.syncs: list[Sync] = []
@@ -105,6 +106,7 @@ class WalkerState:
         self.keeps: list[Keep] = []
         self.forwards: list[Effect] = []
         self.model_calls: list[Effect] = []  # TENSOR operands' index: which of these made the tensor
+        self.forwards_once: list[Effect] = []  # the model calls outside the function's loops
         self.backward: list[Effect] = []
         self.autograd: list[Effect] = []
         self.modes: list[ModeCall] = []
@@ -416,6 +418,8 @@ class ExpressionFacts(WalkerState):
                 self.forwards.append(effect)
             result = fallback = (operand(TENSOR, len(self.model_calls), None, self.grad is True),)
             self.model_calls.append(effect)
+            if not self.looped:
+                self.forwards_once.append(effect)
         root = text.partition(".")[0] if text is not None else None
         if root is None or (root in self.parameter_index and root != self.self_name and root not in self.annotated):
             return fallback  # a parameter's method: nothing says what the caller passes
@@ -523,13 +527,15 @@ class ExpressionFacts(WalkerState):
         return union(*positional)
 
     def _is_model_call(self, text: str) -> bool:
-        """A callee named like a model (``model``, ``self.net``, ``encoder``), or ``self(...)``."""
+        """A callee named like a model (``model``, ``self.net``, ``encoder``), one the function put
+        in eval mode before (``self.net_g.eval()``, then ``self.net_g(x)``), or ``self(...)``."""
         if self.self_name is not None and self.kind == "method" and text in (self.self_name,
                                                                                f"{self.self_name}.forward"):
             return True  # `self(x)` runs the module; `cls()` in a classmethod builds one
         name = text[:-len(".forward")] if text.endswith(".forward") else text
         last = name.rsplit(".", 1)[-1]
-        return bool(MODEL_NAME.search(last)) and not MODEL_BUILDER.match(last)
+        return bool(MODEL_NAME.search(last)) and not MODEL_BUILDER.match(last) \
+            or any(call.mode == "eval" and call.receiver == name for call in self.modes)
 
     def _call_site(self, node: ast.Call, text: str, positional: list, keywords: list, receiver: tuple,
                    fallback: tuple, star: bool) -> int:
@@ -542,7 +548,7 @@ class ExpressionFacts(WalkerState):
         what = f"{text}(...)" if node.args or node.keywords else f"{text}()"
         index = len(self.calls)
         self.calls.append(CallSite(text, self._effect(node, what), tuple(arguments), receiver_argument,
-                                   public(fallback), self.periodic, self.grad, star))
+                                   public(fallback), self.periodic, self.grad, star, self.looped))
         self.call_index[id(node)] = index
         self.fallbacks[index] = fallback
         return index
