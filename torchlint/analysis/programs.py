@@ -274,6 +274,60 @@ def _backward(summaries: tuple[FunctionSummary, ...]) -> Effect | None:
     return next((summary.backward[0] for summary in summaries if summary.backward), None)
 
 
+_AST_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _ast_identifiers(node: ast.AST) -> list[str]:
+    """The names a node writes itself (``cst.Name``s in LibCST's tree), and more: every string
+    field but a constant's, a dotted one by its parts."""
+    found = []
+    for field, value in ast.iter_fields(node):
+        if type(value) is str and field != "kind" and type(node) is not ast.Constant:
+            found += value.split(".")
+        elif type(value) is list:
+            found += [part for item in value if type(item) is str for part in item.split(".")]
+    return found
+
+
+def ast_reached_calls(index: SyntaxIndex) -> frozenset[int]:
+    """The precheck twin of ``Programs.runs`` for calls, looser: the ids of the calls that running
+    the file may reach (a definition's names are every identifier its own nodes write)."""
+    def compute() -> frozenset[int]:
+        names: dict[int, set[str]] = {0: set()}
+        definitions: list[tuple[ast.AST, int, bool]] = []  # (definition, its scope, a method of a class)
+        enclosing: dict[int, tuple[int, ...]] = {}
+        stack: list[tuple[ast.AST, tuple[int, ...], bool]] = [(index.tree, (0,), False)]
+        while stack:
+            node, scopes, in_class = stack.pop()
+            identifiers = _ast_identifiers(node)
+            if type(node) in _AST_DEFINITIONS:
+                definitions.append((node, scopes[-1], in_class and type(node) is not ast.ClassDef))
+                for decorator in node.decorator_list:  # a decorator runs where the definition does
+                    names[scopes[-1]].update(name for child in ast.walk(decorator) for name in _ast_identifiers(child))
+                names[id(node)] = set(identifiers)
+                scopes, in_class = scopes + (id(node),), type(node) is ast.ClassDef
+            else:
+                names[scopes[-1]].update(identifiers)
+                if type(node) is ast.Call:
+                    enclosing[id(node)] = scopes[1:]
+            stack.extend((child, scopes, in_class) for child in ast.iter_child_nodes(node))
+        reached_names, reached = set(names[0]), {0}
+        changed = True
+        while changed:
+            changed = False
+            for definition, scope, method in definitions:
+                if id(definition) in reached or scope not in reached:
+                    continue
+                name = definition.name
+                if name in reached_names or method and name.startswith("__") and name.endswith("__"):
+                    reached.add(id(definition))
+                    reached_names |= names[id(definition)]
+                    changed = True
+        return frozenset(call for call, scopes in enclosing.items() if all(scope in reached for scope in scopes))
+
+    return index.memo("reached-calls", compute)
+
+
 def ast_project_training(index: SyntaxIndex) -> bool:
     """The precheck twin of ``Programs.project_training``, looser: a call of the file that may
     train in the project's code (``a.m(...)`` also as ``C.m`` for any ``C(...)`` the file assigns
@@ -284,9 +338,10 @@ def ast_project_training(index: SyntaxIndex) -> bool:
     if not index.project_mentions("backward"):
         return False
     values = ast_values(index)
+    reached = ast_reached_calls(index)
     for call in index.nodes(ast.Call):
         callee = ast_dotted_name(call.func)
-        if callee is None:
+        if callee is None or id(call) not in reached:
             continue
         scope = index.scope_of(call)
         name, _, method = callee.partition(".")
