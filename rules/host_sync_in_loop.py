@@ -92,6 +92,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
+from torchlint.analysis.tensor_places import DEFAULT_DEVICE_WORD, HOST, host_literal
 from torchlint.analysis.syntax import dotted_name, line_within, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import visit
 from torchlint.rule import Rule, SyntaxIndex
@@ -321,7 +322,10 @@ class HostSyncInLoop(Rule):
         computes."""
         if sync.how == "synchronize":
             return True
+        host = not self.ctx.calls.mentions(DEFAULT_DEVICE_WORD)  # factories without `device=` make on the CPU
         for operand in sync.reads:
+            if operand.kind == TENSOR and operand.device and _on_host(operand.device, host, resolved, node):
+                continue  # a tensor made on the CPU: reading it waits for no device
             if operand.kind == TENSOR or operand.kind != PARAMETER and sync.how == "method":
                 return True
             if operand.kind != PARAMETER or operand.index is None:
@@ -442,6 +446,26 @@ def _inside_a_step(chain: list[cst.CSTNode], loop: cst.CSTNode | None, node: cst
         if type(outer) in (cst.For, cst.While) and loops.backpropagates_itself(outer):
             return True
     return False
+
+
+def _on_host(device: str, host: bool, resolved, node: cst.Call) -> bool:
+    """Is a tensor the helper reads, placed as ``device`` (tensor_places.py), on the CPU at this
+    call, or made on the device of a parameter the call leaves to a constant (no tensor, so
+    that code does not run)?"""
+    how, _, index = device.partition(":")
+    if how == HOST:
+        return host
+    if not index or any(a.star for a in node.args):
+        return False
+    default = resolved.function.defaults[int(index)]
+    keywords = [a.keyword.value for a in node.args if a.keyword is not None]
+    positional = [a for a in node.args if a.keyword is None]
+    passed = _arguments_for(int(index), resolved, positional, keywords, node)
+    if how == "param" and len(passed) == 1 and type(passed[0]) is cst.SimpleString:
+        return host and host_literal(passed[0].value)  # `device="cpu"`
+    if passed or default is None:
+        return False
+    return how == "of" or host and host_literal(default)
 
 
 def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.BaseExpression]:

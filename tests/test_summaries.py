@@ -1109,3 +1109,46 @@ def test_a_read_under_a_test_for_a_tensor_is_a_guarded_sync(tmp_path):
                                   "        if step % 10 == 0:\n            print(v.tolist())\n    return v\n")})
     summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "meter.py"), "update")
     assert [(sync.how, sync.effect.what) for sync in summary.host_syncs] == [("guarded", "v.item()")]
+
+
+def test_a_returned_tuple_is_read_element_by_element_where_the_caller_unpacks_it(tmp_path):
+    """``return img, pad`` with ``out, pad = f(img)``: the pad is what the callee put there only."""
+    write(tmp_path, {"pad.py": ("import torch\n\n"
+                                "def pads(img):\n    return img * 2, torch.zeros(2)\n\n"
+                                "def use(img):\n    out, pad = pads(img)\n    whole = pads(img)\n"
+                                "    return pad.item(), whole[0].item()\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "pad.py"), "use")
+    assert [(sync.effect.what, sorted((op.kind, op.device) for op in sync.reads)) for sync in summary.host_syncs] == [
+        ("pad.item()", [("tensor", "cpu")]),
+        ("whole[0].item()", [("parameter", ""), ("tensor", "cpu")])]
+
+
+def test_where_a_factory_makes_its_tensor(tmp_path):
+    """No ``device=`` or "cpu": the CPU; a device parameter: what the call passes, or its default;
+    ``x.device``: where x lives; ``.cuda()`` or a call nothing resolves: anywhere."""
+    write(tmp_path, {"make.py": (
+        "import torch\nfrom elsewhere import move\n\n"
+        "def make(size, device='cpu'):\n    return torch.ones(size, device=device).bernoulli_(0.5)\n\n"
+        "def like(x):\n    d = x.device\n    return torch.zeros(3, device=d)\n\n"
+        "def use(img):\n"
+        "    a = make(3).item()\n    b = make(3, 'cuda').item()\n    c = like(make(3)).item()\n"
+        "    d = like(img).item()\n    e = make(3).cuda().item()\n    f = move(make(3)).item()\n"
+        "    g = make(3).to(torch.int32).item()\n    h = torch.tensor(img).item()\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "make.py"), "use")
+    assert [(sync.effect.what, sorted((op.kind, op.device) for op in sync.reads)) for sync in summary.host_syncs] == [
+        ("make(3).item()", [("tensor", "cpu")]),
+        ("make(3, 'cuda').item()", [("tensor", "")]),
+        ("like(make(3)).item()", [("tensor", "cpu")]),
+        ("like(img).item()", [("tensor", "of:0")]),
+        ("make(3).cuda().item()", [("tensor", "")]),
+        ("move(make(3)).item()", [("tensor", "")]),
+        ("make(3).to(torch.int32).item()", [("tensor", "cpu")]),
+        ("torch.tensor(img).item()", [("tensor", "")])]
+
+
+def test_a_cpu_tensor_made_under_a_condition_keeps_what_was_there(tmp_path):
+    write(tmp_path, {"cond.py": ("import torch\n\n"
+                                 "def pick(x, flag):\n    y = x\n    if flag:\n        y = torch.zeros(1)\n"
+                                 "    return y.item()\n")})
+    summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "cond.py"), "pick")
+    assert sorted((op.kind, op.device) for op in summary.host_syncs[0].reads) == [("parameter", ""), ("tensor", "cpu")]

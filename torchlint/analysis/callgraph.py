@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from torchlint.analysis.resolution import ModuleSource, Resolver, Target
 from torchlint.analysis.summaries import (
     GLOBAL, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Effect, FunctionSummary,
-    Import, Keep, Layer, ModeCall, Operand, Returned, Sync, detached, union,
+    Import, Keep, Layer, ModeCall, Operand, Returned, Sync, detached, operand, union,
 )
+from torchlint.analysis.tensor_places import HOST, MOVED, host_literal, moved, places_of
 
 _UNPASSED = object()  # the call leaves the parameter to its default
 _STARRED = object()  # the call may pass it through *args/**kwargs
@@ -208,7 +209,7 @@ class Summaries:
 def _compose(local: FunctionSummary, targets: list[Target | None], final: dict, current: dict) -> FunctionSummary:
     """A function's local facts with its callees' (as far as they are known) mapped in."""
     facts = _Facts()
-    results: list[tuple[Operand, ...]] = []
+    results = _Results()
     bindings: list[_Binding | None] = []
     for site, target in zip(local.calls, targets):
         callee = None if target is None else current[target.key] if target.key in current else \
@@ -216,10 +217,12 @@ def _compose(local: FunctionSummary, targets: list[Target | None], final: dict, 
         if callee is None:
             in_progress = target is not None and target.key in current
             results.append(() if in_progress else _expand(site.fallback, results))
+            results.parts.append(None)
             bindings.append(None)
             continue
         binding = _Binding(callee, site, target, results)
         results.append(binding.result())
+        results.parts.append(binding.parts())
         bindings.append(binding)
         facts.add_callee(binding)
     facts.add_local(local, results)
@@ -227,12 +230,28 @@ def _compose(local: FunctionSummary, targets: list[Target | None], final: dict, 
     return facts.summary(local, returns)
 
 
-def _expand(ops: tuple[Operand, ...], results: list) -> tuple[Operand, ...]:
-    """Operands with each call's result replaced by what that call gives back."""
+class _Results(list):
+    """What each call of a function gives back (its operands), and ``parts``: each element's
+    where every return of the callee writes out a tuple of the same length (None otherwise)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[tuple[tuple[Operand, ...], ...] | None] = []
+
+    def of(self, op: Operand) -> tuple[Operand, ...]:
+        if op.index >= len(self):
+            return UNKNOWN_VALUE
+        parts = self.parts[op.index] if op.name is not None and op.index < len(self.parts) else None
+        found = parts[int(op.name)] if parts is not None and int(op.name) < len(parts) else self[op.index]
+        return moved(found) if op.device == MOVED else found
+
+
+def _expand(ops: tuple[Operand, ...], results: _Results) -> tuple[Operand, ...]:
+    """Operands with each call's result (or the element of it a tuple target takes) replaced by
+    what that call gives back."""
     if all(op.kind != RESULT for op in ops):
         return ops
-    return union(*((results[op.index] if op.index < len(results) else UNKNOWN_VALUE) if op.kind == RESULT
-                   else (op,) for op in ops))
+    return union(*(results.of(op) if op.kind == RESULT else (op,) for op in ops))
 
 
 class _Binding:
@@ -257,6 +276,8 @@ class _Binding:
 
     def sources(self, op: Operand) -> tuple[Operand, ...]:
         """A callee's operand as the caller's operands."""
+        if op.kind == TENSOR and op.device not in ("", HOST):
+            return tuple(operand(TENSOR, None, None, op.graph, place) for place in self._places(op.device))
         if op.kind != PARAMETER:
             return (op,)
         argument = self.argument(op.index)
@@ -265,7 +286,33 @@ class _Binding:
         if not isinstance(argument, Argument):
             return ()
         ops = _expand(argument.sources, self.results)
+        if op.device == MOVED:
+            ops = moved(ops)
         return ops if op.graph else detached(ops)
+
+    def _places(self, device: str) -> tuple[str, ...]:
+        """A tensor's place in the callee ("param:k", "of:k": see tensor_places.py) in the
+        caller's terms; none where it is on the device of a parameter left to a default written
+        out (a constant, no tensor: that code cannot run)."""
+        how, _, index = device.partition(":")
+        argument = self.argument(int(index))
+        if argument is _UNPASSED:
+            default = self.callee.defaults[int(index)]
+            if how == "of":
+                return () if default is not None else ("",)
+            return (HOST if host_literal(default) else "",)
+        if not isinstance(argument, Argument):
+            return ("",)
+        ops = _expand(argument.sources, self.results)
+        if how == "of":
+            return places_of(ops)
+        if host_literal(argument.literal):
+            return (HOST,)
+        parameter = ops[0] if len(ops) == 1 else None
+        if parameter is not None and parameter.kind == PARAMETER and not parameter.device and \
+                argument.text == parameter.name:
+            return (f"param:{parameter.index}",)  # `device=device`: the caller's own parameter
+        return ("",)
 
     def holder(self, holder: Operand) -> Operand | None:
         if holder.kind == GLOBAL:
@@ -278,6 +325,16 @@ class _Binding:
             return UNKNOWN_VALUE
         ops = union(*(self.sources(op) for r in self.callee.returns for op in r.value))
         return detached(ops) if self.site.grad is False else ops
+
+    def parts(self) -> tuple[tuple[Operand, ...], ...] | None:
+        """Each element of the result, where every return writes out a tuple of the same length."""
+        returns = self.callee.returns
+        if self.target.constructor or self.callee.generator or not returns or \
+                any(r.parts is None or len(r.parts) != len(returns[0].parts) for r in returns):
+            return None
+        parts = tuple(union(*(self.sources(op) for r in returns for op in r.parts[k]))
+                      for k in range(len(returns[0].parts)))
+        return tuple(detached(part) for part in parts) if self.site.grad is False else parts
 
     def receiver(self, text: str) -> str | None:
         """A mode call's receiver in the caller's terms (``model`` passed as ``net``)."""
@@ -310,7 +367,7 @@ class _Binding:
         return Layer(layer.kind, layer.effect.through(self.site.effect), bias, parameter)
 
 
-def _returned(returned: Returned, results: list, bindings: list) -> Returned:
+def _returned(returned: Returned, results: _Results, bindings: list) -> Returned:
     """A return path with the calls it returns the result of resolved."""
     layer, factory, forward = returned.layer, returned.factory, returned.forward
     binding = bindings[returned.call] if returned.call is not None else None
@@ -325,7 +382,9 @@ def _returned(returned: Returned, results: list, bindings: list) -> Returned:
     binding = bindings[returned.layer_call] if returned.layer_call is not None else None
     if layer is None and binding is not None:
         layer = binding.layer(binding.callee.returns_layer)
-    return replace(returned, value=_expand(returned.value, results), layer=layer, factory=factory, forward=forward)
+    parts = None if returned.parts is None else tuple(_expand(part, results) for part in returned.parts)
+    return replace(returned, value=_expand(returned.value, results), layer=layer, factory=factory, forward=forward,
+                   parts=parts)
 
 
 def _shorter(store: dict, key: tuple, fact: object, effect: Effect) -> None:
@@ -448,5 +507,6 @@ def _signature(summary: FunctionSummary) -> tuple:
         summary.builds,
         frozenset((c.dimension, c.functional, where(c.effect)) for c in summary.convolutions),
         tuple((tuple(op.key for op in r.value), where(r.layer and r.layer.effect), r.layer and r.layer.bias,
-               where(r.factory and r.factory.effect), where(r.forward)) for r in summary.returns),
+               where(r.factory and r.factory.effect), where(r.forward),
+               r.parts and tuple(tuple(op.key for op in part) for part in r.parts)) for r in summary.returns),
     )

@@ -53,6 +53,12 @@ def is_dtype(expr: cst.BaseExpression, bindings: Bindings) -> bool:
     return name is not None and name.startswith("torch.") and name[6:] in DTYPES
 
 
+def names_python_value(name: str | None) -> bool:
+    """A qualified name that stands for a Python value: a torch dtype (``torch.int32``), or a name
+    of ``math`` (its constants and functions give Python numbers)."""
+    return name is not None and (name.startswith("math.") or name.startswith("torch.") and name[6:] in DTYPES)
+
+
 def is_device_value(expr: cst.BaseExpression, bindings: Bindings) -> bool:
     """A device written out: ``"cuda:0"``, ``torch.device(...)``, ``f"cuda:{rank}"``, or a
     conditional between such values."""

@@ -24,6 +24,7 @@ from torchlint.analysis.value_facts import (
     is_periodic_remainder,
 )
 from torchlint.analysis.devices import RANDOM_FACTORIES, TENSOR_FACTORIES
+from torchlint.analysis.tensor_places import on_host
 
 
 def summarize_module(tree: ast.Module, source: str, path: str) -> ModuleSummary:
@@ -86,7 +87,11 @@ class FunctionWalker(ExpressionFacts):
         return self.env.get(target.id, UNKNOWN_VALUE) if type(target) is ast.Name else ()
 
     def _return(self, node: ast.Return) -> None:
-        self.returns.append((node.value, self.value(node.value) if node.value is not None else ()))
+        value, parts = node.value, None
+        if type(value) is ast.Tuple and not any(type(e) is ast.Starred for e in value.elts):
+            parts = tuple(self.value(element) for element in value.elts)  # `return a, b`: each element apart
+        self.returns.append((value, union(*parts) if parts is not None else self.value(value) if value is not None
+                             else (), parts))
 
     def _if(self, node: ast.If) -> None:
         self.value(node.test)
@@ -96,9 +101,13 @@ class FunctionWalker(ExpressionFacts):
         elif not periodic and _tests_for_a_tensor(node.test):
             # `if torch.is_tensor(v): v = v.item()`: the read itself is kept, as a sync of a tensor only
             self.periodic, self.tensor_guarded = True, True
+        before = dict(self.env)
         self.block(node.body)
         self.periodic, self.tensor_guarded = periodic, guarded
         self.block(node.orelse)
+        for name, ops in self.env.items():  # a CPU tensor (or a result) under a condition: what was there may stay
+            if ops is not before.get(name, ops) and any(on_host(op) or op.kind == RESULT for op in ops):
+                self.env[name] = union(before[name], ops)
 
     def _is_every_kth(self, test: ast.AST) -> bool:
         """Holds every k-th call: a remainder test, or a flag passed in (``if log_now:``). A test of
@@ -186,7 +195,7 @@ class FunctionWalker(ExpressionFacts):
             clears_cache=tuple(self.clears), keeps=tuple(self.keeps), forwards_with_grad=tuple(self.forwards),
             backward=tuple(self.backward), autograd=tuple(self.autograd), mode_calls=tuple(self.modes),
             builds=tuple(sorted(self.builds)),
-            returns=tuple(self._returned(value, ops) for value, ops in self.returns), calls=tuple(self.calls),
+            returns=tuple(self._returned(*returned) for returned in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
             convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)),
             returns_instance=self._returns_instance(), forwards=tuple(self.forwards_once))
@@ -194,7 +203,7 @@ class FunctionWalker(ExpressionFacts):
     def _returns_instance(self) -> str:
         """The ``C`` every return gives ``C(...)`` of, or None (see FunctionSummary.returns_instance)."""
         found = set()
-        for value, _ in self.returns:
+        for value, _, _ in self.returns:
             candidates = [value]
             if type(value) is ast.Name:
                 candidates = self.all_bound_values.get(value.id, [])
@@ -217,7 +226,8 @@ class FunctionWalker(ExpressionFacts):
             return self.bound_values[node.id]
         return node
 
-    def _returned(self, value: ast.AST | None, ops: tuple[Operand, ...]) -> Returned:
+    def _returned(self, value: ast.AST | None, ops: tuple[Operand, ...],
+                  parts: tuple[tuple[Operand, ...], ...] | None) -> Returned:
         node = self._bound_once(value)
         layer, layer_call = self._layer(node)
         forward = None
@@ -226,7 +236,8 @@ class FunctionWalker(ExpressionFacts):
                 forward = self.model_calls[op.index]
                 break
         call = self.call_index.get(id(node)) if type(node) is ast.Call else None
-        return Returned(public(ops), layer, self._factory(node), forward, call, layer_call)
+        return Returned(public(ops), layer, self._factory(node), forward, call, layer_call,
+                        None if parts is None else tuple(public(part) for part in parts))
 
     def _layer(self, node: ast.AST | None) -> tuple[Layer | None, int | None]:
         """A fresh Conv/Linear, or an ``nn.Sequential`` whose last element is one (or a call's

@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 7
+SUMMARY_VERSION = 8
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -38,7 +38,8 @@ TENSOR = "tensor"  # a tensor the function computes (torch ops, a model's output
 UNKNOWN = "unknown"  # a value nothing here knows (a global, an attribute of ``self``, a call nothing resolves)
 DEVICE = "device"  # no value: waits for the device itself (``torch.cuda.synchronize()``)
 GLOBAL = "global"  # a holder at module level (or a closure's), which outlives any call
-RESULT = "result"  # local summaries only: the result of ``calls[index]``, known once that call is resolved
+RESULT = "result"  # local summaries only: the result of ``calls[index]`` (``name``: its element k, "k", where a
+#                   tuple target unpacks it), known once that call is resolved
 
 
 @dataclass(frozen=True)
@@ -68,27 +69,32 @@ class Effect:
 class Operand:
     """What a fact reads, keeps or returns (see the kinds above). ``graph``: for a parameter,
     whether the value is used without detaching it; for a tensor, whether it carries autograd
-    history (a model's output with grad on does, a factory's tensor does not)."""
+    history (a model's output with grad on does, a factory's tensor does not). ``device``: where
+    a tensor lives when the walk knows (tensor_places.py): "cpu" for a tensor made on the host,
+    "param:k" on the device parameter ``k`` names, "of:k" on the device of the tensor parameter
+    ``k``, "" anywhere; for a parameter or a call's result, "moved" when it may have been moved."""
 
     kind: str
     index: int | None = None
     name: str | None = None
     graph: bool = True
+    device: str = ""
 
     @property
     def key(self) -> tuple:
-        return self.kind, -1 if self.index is None else self.index, self.name or "", self.graph
+        return self.kind, -1 if self.index is None else self.index, self.name or "", self.graph, self.device
 
 
 _OPERANDS: dict[tuple, Operand] = {}
 
 
-def operand(kind: str, index: int | None = None, name: str | None = None, graph: bool = True) -> Operand:
+def operand(kind: str, index: int | None = None, name: str | None = None, graph: bool = True,
+            device: str = "") -> Operand:
     """Operands are few and compared often: one object each."""
-    key = (kind, index, name, graph)
+    key = (kind, index, name, graph, device)
     found = _OPERANDS.get(key)
     if found is None:
-        found = _OPERANDS[key] = Operand(kind, index, name, graph)
+        found = _OPERANDS[key] = Operand(kind, index, name, graph, device)
     return found
 
 
@@ -104,15 +110,16 @@ def union(*parts: tuple[Operand, ...]) -> tuple[Operand, ...]:
 
 
 def detached(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
-    return tuple(operand(op.kind, op.index, op.name, False) if op.graph and op.kind in (PARAMETER, TENSOR) else op
-                 for op in ops)
+    return tuple(operand(op.kind, op.index, op.name, False, op.device) if op.graph and op.kind in (PARAMETER, TENSOR)
+                 else op for op in ops)
 
 
 def public(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
     """Operands as a summary stores them: a tensor without the walk's note of which model call made it."""
     if all(op.kind != TENSOR or op.index is None for op in ops):
         return ops
-    return tuple(dict.fromkeys(operand(TENSOR, None, None, op.graph) if op.kind == TENSOR else op for op in ops))
+    return tuple(dict.fromkeys(operand(TENSOR, None, None, op.graph, op.device) if op.kind == TENSOR else op
+                               for op in ops))
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,8 @@ class Returned:
     """One ``return`` path: the value's operands, and what it is when it is a fresh layer, a
     factory's tensor or a model's output. ``call``: the index (in ``calls``) of the call whose
     result is returned as is; ``layer_call``: of the call that builds the last layer of a
-    returned ``nn.Sequential``."""
+    returned ``nn.Sequential``; ``parts``: the operands of each element when the value is a tuple
+    written out (``return a, b``; None otherwise), which a caller that unpacks it reads apart."""
 
     value: tuple[Operand, ...]
     layer: Layer | None = None
@@ -203,6 +211,7 @@ class Returned:
     forward: Effect | None = None
     call: int | None = None
     layer_call: int | None = None
+    parts: tuple[tuple[Operand, ...], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ from torchlint.analysis.summaries import (
     DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Convolution, Effect, Keep,
     ModeCall, ModuleSummary, Operand, Sync, detached, operand, public, union,
 )
-from torchlint.analysis.devices import TENSOR_FACTORIES
+from torchlint.analysis.devices import TENSOR_FACTORIES, names_python_value
+from torchlint.analysis.tensor_places import (
+    MOVING_METHODS, RANDOM_FILLS, already_on_host, factory_places, moved, moves, moving_function,
+)
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
 from torchlint.analysis.modules import convolution_dimension, functional_convolution_dimension
 
@@ -54,8 +57,6 @@ HOST_CONVERSIONS = frozenset({"float", "int", "bool"})
 # SummaryWriter, and the project's classes derived from it)
 TENSOR_LOGGERS = frozenset({"add_scalar", "add_scalars"})
 PYTHON_COMPARISONS = (ast.In, ast.NotIn, ast.Is, ast.IsNot)
-HOST_NEUTRAL = frozenset({"detach", "clone", "float", "double", "long", "int", "half", "squeeze", "flatten", "view",
-                          "reshape"})  # methods that leave a host copy on the host
 LITERALS = (bool, int, float, str, type(None))
 PYTHON_ANNOTATIONS = frozenset({"int", "float", "bool", "str"})
 ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
@@ -110,7 +111,7 @@ class WalkerState:
         self.backward: list[Effect] = []
         self.autograd: list[Effect] = []
         self.modes: list[ModeCall] = []
-        self.returns: list[tuple[ast.AST | None, tuple[Operand, ...]]] = []
+        self.returns: list[tuple] = []  # (value, its operands, each element's where a tuple is written out)
         self.calls: list[CallSite] = []
         self.call_index: dict[int, int] = {}  # id(ast.Call) -> index in calls
         self.fallbacks: dict[int, tuple[Operand, ...]] = {}  # index in calls -> the result if unresolved
@@ -143,7 +144,9 @@ class WalkerState:
             ordered.append(args.kwarg)
             defaults.append(None)
         self.parameters = tuple(arg.arg for arg in ordered)
-        self.defaults = tuple(repr(d.value) if type(d) is ast.Constant else None for d in defaults)
+        self.defaults = tuple(repr(d.value if type(d) is ast.Constant else tuple(e.value for e in d.elts)) if type(
+            d) is ast.Constant or type(d) is ast.Tuple and all(type(e) is ast.Constant for e in d.elts) else None
+                              for d in defaults)  # `(None, None)` too
         self.parameter_index = {name: index for index, name in enumerate(self.parameters)}
         self.self_name = self.parameters[0] if self.class_name and self.kind != "staticmethod" and self.positional \
             else None
@@ -241,6 +244,22 @@ class WalkerState:
             effect, into = self._effect(node), self.text.snippet(container)
             self.keeps.extend(Keep(effect, op, holder, into, how, op.graph) for op in kept)
 
+    def _mode_call(self, node: ast.Call, method: str) -> None:
+        receiver = dotted(node.func.value)
+        if receiver is None:
+            return
+        if not node.args and not node.keywords:
+            mode = method
+        elif method == "train" and len(node.args) + len(node.keywords) == 1 and \
+                (not node.keywords or node.keywords[0].arg == "mode"):
+            value = node.args[0] if node.args else node.keywords[0].value
+            if type(value) is not ast.Constant or type(value.value) is not bool:
+                return
+            mode = "train" if value.value else "eval"
+        else:
+            return
+        self.modes.append(ModeCall(receiver, mode, self._effect(node)))
+
     # -- bindings
 
     def assign(self, target: ast.AST, ops: tuple[Operand, ...], value: ast.AST | None, statement: ast.AST,
@@ -255,8 +274,10 @@ class WalkerState:
             self.bound_values[name] = value
             self.all_bound_values.setdefault(name, []).append(value)
         elif kind is ast.Tuple or kind is ast.List:
-            for element in target.elts:
-                self.assign(element, ops, None, statement, how)
+            call = self.call_index.get(id(value)) if type(value) is ast.Call else None
+            whole = call is None or ops != (operand(RESULT, call),) or any(type(e) is ast.Starred for e in target.elts)
+            for position, element in enumerate(target.elts):  # `a, b = f()`: each its element of what f returns
+                self.assign(element, ops if whole else (operand(RESULT, call, str(position)),), None, statement, how)
         elif kind is ast.Starred:
             self.assign(target.value, ops, None, statement, how)
         elif kind is ast.Attribute:
@@ -290,8 +311,8 @@ class ExpressionFacts(WalkerState):
 
     def _attribute(self, node: ast.Attribute) -> tuple[Operand, ...]:
         ops = self.value(node.value)
-        if node.attr in PYTHON_ATTRIBUTES:
-            return ()
+        if node.attr in PYTHON_ATTRIBUTES or names_python_value(self._qualify(dotted(node))):
+            return ()  # `x.shape`; `torch.int32`, `math.pi`
         return detached(ops) if node.attr == "data" else ops
 
     def _subscript(self, node: ast.Subscript) -> tuple[Operand, ...]:
@@ -410,7 +431,9 @@ class ExpressionFacts(WalkerState):
         if method is None and text in BUILTINS and text not in self.names.counts \
                 and text not in self.module.scope.locals:
             return self._builtin_call(node, text, positional)
-        fallback = self._computed(union(receiver, *positional, *keywords)) or UNKNOWN_VALUE
+        if names_python_value(qualified):
+            return ()  # `math.log(2)`: a Python number
+        fallback = moved(self._computed(union(receiver, *positional, *keywords))) or UNKNOWN_VALUE
         result = None
         if text is not None and self._is_model_call(text):
             effect = self._effect(node)
@@ -431,7 +454,7 @@ class ExpressionFacts(WalkerState):
         """The methods that are no call of the project's code; None for the others."""
         func = node.func
         if method in SYNC_METHODS or (method == "cpu" and not node.args and not node.keywords):
-            if not _on_host(func.value):  # `t.cpu().numpy()` waits once, at `.cpu()`
+            if not already_on_host(func.value):  # `t.cpu().numpy()` waits once, at `.cpu()`
                 self._sync(node, receiver, "method")
             return receiver if method == "cpu" else ()
         if method == "format" and type(func.value) is ast.Constant and isinstance(func.value.value, str):
@@ -448,6 +471,8 @@ class ExpressionFacts(WalkerState):
         if method == "requires_grad_":
             self.autograd.append(self._effect(node))
             return receiver
+        if method in RANDOM_FILLS:
+            return receiver  # `t.bernoulli_(p)` fills t in place and returns it
         if method in DETACHING:
             return detached(receiver)
         if method in PYTHON_METHODS:
@@ -468,24 +493,9 @@ class ExpressionFacts(WalkerState):
                 self._keep(node, self._computed(union(*positional)), holder, container, "augment")
                 return receiver
         if method in TENSOR_METHODS:
-            return self._computed(union(receiver, *positional, *keywords))
+            ops = self._computed(union(receiver, *positional, *keywords))
+            return moved(ops) if method in MOVING_METHODS and moves(node, method, self._qualify) else ops
         return None
-
-    def _mode_call(self, node: ast.Call, method: str) -> None:
-        receiver = dotted(node.func.value)
-        if receiver is None:
-            return
-        if not node.args and not node.keywords:
-            mode = method
-        elif method == "train" and len(node.args) + len(node.keywords) == 1 and \
-                (not node.keywords or node.keywords[0].arg == "mode"):
-            value = node.args[0] if node.args else node.keywords[0].value
-            if type(value) is not ast.Constant or type(value.value) is not bool:
-                return
-            mode = "train" if value.value else "eval"
-        else:
-            return
-        self.modes.append(ModeCall(receiver, mode, self._effect(node)))
 
     def _torch_call(self, node: ast.Call, name: str, positional: list, keywords: list) -> tuple[Operand, ...]:
         if name in BACKWARD_FUNCTIONS:
@@ -501,12 +511,14 @@ class ExpressionFacts(WalkerState):
             self._sync(node, (operand(DEVICE),), "synchronize")
             return ()
         elif name in TENSOR_FACTORIES:
-            return (operand(TENSOR, None, None, False),)
+            places = factory_places(self, node, TENSOR_FACTORIES[name], positional, keywords)
+            return tuple(operand(TENSOR, None, None, False, place) for place in places)
         layer = name.rsplit(".", 1)[-1]
         if name.startswith("torch.nn.") and layer[:1].isupper():
             self.builds.add(layer)
             return UNKNOWN_VALUE  # a module built, not a tensor computed
-        return self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
+        ops = self._computed(union(*positional, *keywords)) or UNKNOWN_VALUE
+        return moved(ops) if moving_function(name, node) else ops
 
     def _convolution(self, node: ast.Call, qualified: str | None) -> None:
         """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built;
@@ -556,17 +568,6 @@ class ExpressionFacts(WalkerState):
     def _argument(self, expr: ast.AST, ops: tuple[Operand, ...], keyword: str | None) -> Argument:
         literal = repr(expr.value) if type(expr) is ast.Constant and type(expr.value) in LITERALS else None
         return Argument(public(ops), keyword, dotted(expr), literal, self._holder(expr))
-
-
-def _on_host(expr: ast.AST) -> bool:
-    """Is the value already copied to the host (``t.cpu()``, ``t.detach().cpu().float()``)?"""
-    while type(expr) is ast.Call and type(expr.func) is ast.Attribute:
-        if expr.func.attr == "cpu":
-            return True
-        if expr.func.attr not in HOST_NEUTRAL:
-            return False
-        expr = expr.func.value
-    return False
 
 
 def _mentions(value: ast.AST, text: str | None) -> bool:
