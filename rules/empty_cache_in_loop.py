@@ -81,7 +81,7 @@ from torchlint.analysis.calls import ast_call_summary, ast_forward_in, ast_proje
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines, calls_model,
                                      iterated_name)
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, has_loop_statement
 from torchlint.fixes import removal_edit
 from torchlint.rule import Rule, SyntaxIndex
 
@@ -139,6 +139,14 @@ class EmptyCacheInLoop(Rule):
 
     triggers = ("empty_cache",)
     reaches = ("empty_cache",)  # a helper of another module empties it
+
+    @classmethod
+    def applies(cls, text: str) -> bool:
+        return super().applies(text) and has_loop_statement(text)
+
+    @classmethod
+    def reachable(cls, text: str) -> bool:
+        return has_loop_statement(text)  # the loop is the file's own, whoever empties the cache
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:

@@ -301,3 +301,27 @@ def test_call_places_match_the_tree():
     for name, (scope, loop, around, functions) in expected.items():
         place = index.place(calls[name])
         assert (place.scope, place.loop, place.loops, place.functions) == (scope, loop, around, functions), name
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("for batch in loader:\n    step(batch)\n", True),
+    ("def f():\n\tasync  for x in it:\n\t\tpass\n", True),
+    ("x = 1\rwhile x:\r    x -= 1\r", True),  # old Mac line ends
+    ("y = [a for a in b]\n", False),  # a comprehension is no loop statement
+    ("# wait for the GPU\nx = 'for each'\n", False),
+    ("def fork():\n    return format(x)\n", False),
+])
+def test_a_loop_statement_in_the_text(text, expected):
+    from torchlint.analysis.syntax import has_loop_statement
+
+    assert has_loop_statement(text) is expected
+    if expected:
+        assert any(isinstance(node, (ast.For, ast.AsyncFor, ast.While)) for node in ast.walk(ast.parse(text)))
+
+
+def test_empty_cache_through_a_helper_needs_a_loop_of_the_file():
+    from torchlint.rules.empty_cache_in_loop import EmptyCacheInLoop
+
+    assert not EmptyCacheInLoop.reachable("from utils import free\nfree()\n")
+    assert EmptyCacheInLoop.reachable("from utils import free\nfor b in data:\n    free()\n")
+    assert not EmptyCacheInLoop.applies("import torch\ntorch.cuda.empty_cache()\n")

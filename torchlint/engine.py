@@ -272,8 +272,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     rules = settings.rules_for(path) if rules is None else rules
     if is_test_file(path, getattr(settings, "root", None), source):
         rules = [rule for rule in rules if not rule.silent_in_test_code()]  # see Rule.report
-    candidates = [rule for rule in rules if rule.applies(source) or rule.reaches and _reaches(rule, path, source,
-                                                                                             settings)]
+    candidates = [rule for rule in rules if rule.applies(source) or rule.reaches and rule.reachable(source)
+                  and _reaches(rule, path, source, settings)]
     limit = getattr(settings, "max_file_size", None) or 0
     size = _size(source, limit)
     if size > SYNTAX_CHECK_FACTOR * limit:  # CPython's own parser would take about 100 MB per MB

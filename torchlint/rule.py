@@ -122,6 +122,12 @@ class Rule:
         return any(trigger in text for trigger in cls.triggers)
 
     @classmethod
+    def reachable(cls, text: str) -> bool:
+        """What the file's own text must still show for the rule to fire through the project's
+        modules (``reaches``): a necessary condition, like ``applies`` (a loop of its own, say)."""
+        return True
+
+    @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
         """The cheap first pass, on CPython's syntax tree of a file whose text passed ``applies``
         (see torchlint/analysis/index.py): can the shapes the rule reports occur in the file? Like

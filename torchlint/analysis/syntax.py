@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from collections.abc import Iterator, Sequence
 
@@ -404,6 +405,15 @@ def code_text(source: str) -> str:
             last = end_col if number == end_line else len(body)
             lines[number - 1] = body[:first] + " " * (last - first) + body[last:] + line[len(body):]
     return "".join(lines)
+
+
+# A for/while statement starts a logical line, so a physical one ("\r" ends one too)
+_LOOP_STATEMENT = re.compile(r"(?:^|\r)[ \t\f]*(?:async[ \t\f]+)?(?:for|while)\b", re.MULTILINE)
+
+
+def has_loop_statement(text: str) -> bool:
+    """May the text hold a ``for`` or ``while`` statement? (A line that starts with the word.)"""
+    return ("for" in text or "while" in text) and _LOOP_STATEMENT.search(text) is not None
 
 
 def whole_word(text: str, start: int, end: int) -> bool:
