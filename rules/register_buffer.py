@@ -67,6 +67,7 @@ import re
 import libcst as cst
 
 from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, ast_may_move, tensor_factory
+from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import ast_module_classes
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
@@ -133,10 +134,16 @@ class RegisterBuffer(Rule):
             node.bases and any(isinstance(f, AST_FUNCTIONS) and f.name == "forward" for f in node.body)
             and "object" not in {ast_dotted_name(base) for base in node.bases})]
         factories = index.names(name.rsplit(".", 1)[1] for name in TENSOR_FACTORIES)
-        for init in (f for cls in modules for f in cls.body if isinstance(f, AST_FUNCTIONS) and f.name == "__init__"):
-            for node in ast.walk(init):
-                if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                        and isinstance(node.targets[0], ast.Attribute) and isinstance(node.value, ast.Call)):
+        inits = [f for cls in modules for f in cls.body if isinstance(f, AST_FUNCTIONS) and f.name == "__init__"]
+        if not inits:
+            return False
+        # the assignments of the file by their lines: a statement on an `__init__`'s lines is in it
+        assignments = [node for node in index.nodes(ast.Assign) if len(node.targets) == 1
+                       and isinstance(node.targets[0], ast.Attribute) and isinstance(node.value, ast.Call)]
+        for init in inits:
+            start, end = span(init)
+            for node in assignments:
+                if not start <= node.lineno <= end:
                     continue
                 value = node.value
                 device = ast_find_keyword(value, "device")
