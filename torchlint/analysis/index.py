@@ -345,13 +345,13 @@ class SyntaxIndex:
     def scope_of(self, node: ast.AST) -> str | None:
         """The qualified name of the function a node is in (``Trainer.fit``, ``outer.inner``), as the
         summaries name it; None at module level or in a class body."""
-        spans = self.memo("scopes", self._scopes)
-        line = node.lineno
-        found = None
-        for start, end, name in spans:  # outer before inner: the last match is the innermost
-            if start <= line <= end:
-                found = name
-        return found
+        return self.memo("scope-by-line", self._scope_by_line)[node.lineno]
+
+    def _scope_by_line(self) -> list[str | None]:
+        names: list[str | None] = [None] * (self._line_count + 2)
+        for start, end, name in self._scopes():  # outer before inner: the innermost is written last
+            names[start:end + 1] = [name] * (end + 1 - start)
+        return names
 
     def _scopes(self) -> list[tuple[int, int, str | None]]:
         found: list[tuple[int, int, str | None]] = []
