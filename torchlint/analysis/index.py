@@ -82,14 +82,15 @@ def _call_places(statement: ast.stmt) -> dict[int, CallPlace]:
     found: dict[int, CallPlace] = {}
     # (node, its scope, its innermost loop in that scope, the loops around it, the functions around it)
     stack: list[tuple[ast.AST, Any, Any, tuple, tuple]] = [(statement, None, None, (), ())]
+    scopes, loop_types, function_types = frozenset(AST_SCOPES), frozenset(AST_LOOPS), _FUNCTION_TYPES
     while stack:
         node, scope, loop, loops, functions = stack.pop()
-        decorators = {id(d) for d in getattr(node, "decorator_list", ())}
-        is_scope, is_loop = isinstance(node, AST_SCOPES), isinstance(node, AST_LOOPS)
-        inner_functions = functions + (node,) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-            else functions
+        kind = type(node)
+        is_scope, is_loop = kind in scopes, kind in loop_types
+        decorators = {id(d) for d in node.decorator_list} if is_scope and kind is not ast.Lambda else ()
+        inner_functions = functions + (node,) if kind in function_types else functions
         inner_loops = loops + (node,) if is_loop else loops
-        for child in ast.iter_child_nodes(node):
+        for child in _children(node):
             if id(child) in decorators:
                 place = (scope, loop, loops, inner_functions)
             elif is_scope:
@@ -100,6 +101,26 @@ def _call_places(statement: ast.stmt) -> dict[int, CallPlace]:
                 found[id(child)] = CallPlace(*place)
             stack.append((child, *place))
     return found
+
+
+_FUNCTION_TYPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef})
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` as a list, read through the same field table as ``_by_type``
+    (expression contexts left out: they hold nothing)."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+    children = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if value.__class__ is list:
+            children += [item for item in value if isinstance(item, ast.AST)]
+        elif isinstance(value, ast.AST):
+            children.append(value)
+    return children
 
 
 def _start(statement: ast.stmt) -> tuple[int, int]:
