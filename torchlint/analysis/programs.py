@@ -155,7 +155,7 @@ class Programs:
         """The functions and classes (by id) that running the file reaches (see ``runs``), and the
         definitions around each loop."""
         names: dict[int, set[str]] = {0: set()}  # what each definition's own code names (0: the module's)
-        definitions: list[tuple[cst.CSTNode, int, int | None]] = []  # (definition, its scope, its class)
+        definitions: list[tuple[int, int, str, bool]] = []  # see _reached
         enclosing: dict[int, tuple[int, ...]] = {}
         # one pass over the module's flat node list (see walk.flat), with the definitions open at
         # each node on a stack: (where its subtree ends, its id, is it a class)
@@ -173,26 +173,12 @@ class Programs:
                 enclosing[id(node)] = tuple(scope for _, scope, _ in stack[1:])
             elif kind is cst.FunctionDef or kind is cst.ClassDef:
                 scope, in_class = stack[-1][1], stack[-1][2]
-                definitions.append((node, scope, scope if kind is cst.FunctionDef and in_class else None))
+                definitions.append((id(node), scope, node.name.value, kind is cst.FunctionDef and in_class))
                 names[id(node)] = set()
                 for decorator in node.decorators:  # a decorator runs where the definition does
                     names[scope].update(_identifiers(decorator))
                 stack.append((ends[index], id(node), kind is cst.ClassDef))
-        reached_names = set(names[0])
-        reached: set[int] = {0}
-        changed = True
-        while changed:
-            changed = False
-            for definition, scope, owner in definitions:
-                if id(definition) in reached or scope not in reached:
-                    continue
-                name = definition.name.value
-                method_runs = owner is not None and name.startswith("__") and name.endswith("__")
-                if name in reached_names or method_runs:
-                    reached.add(id(definition))
-                    reached_names |= names[id(definition)]
-                    changed = True
-        return frozenset(reached), enclosing
+        return _reached(definitions, names), enclosing
 
     @cached_property
     def _test_file(self) -> bool:
@@ -221,6 +207,25 @@ class Programs:
         code = self._code()
         return len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\(", code)) > len(
             re.findall(rf"\bdef\s+{re.escape(name)}\s*\(", code))
+
+
+def _reached(definitions: list[tuple[int, int, str, bool]], names: dict[int, set[str]]) -> frozenset[int]:
+    """The definitions that running the file reaches, from (its id, its scope's id (0: the
+    module), its name, is it a method) and the names each one's own code writes: those of a
+    reached scope that reached code names, and the special methods of a reached class, to a
+    fixpoint."""
+    reached_names, reached = set(names[0]), {0}
+    changed = True
+    while changed:
+        changed = False
+        for key, scope, name, method in definitions:
+            if key in reached or scope not in reached:
+                continue
+            if name in reached_names or method and name.startswith("__") and name.endswith("__"):
+                reached.add(key)
+                reached_names |= names[key]
+                changed = True
+    return frozenset(reached)
 
 
 def _identifiers(node: cst.CSTNode) -> set[str]:
@@ -294,14 +299,14 @@ def ast_reached_calls(index: SyntaxIndex) -> frozenset[int]:
     the file may reach (a definition's names are every identifier its own nodes write)."""
     def compute() -> frozenset[int]:
         names: dict[int, set[str]] = {0: set()}
-        definitions: list[tuple[ast.AST, int, bool]] = []  # (definition, its scope, a method of a class)
+        definitions: list[tuple[int, int, str, bool]] = []  # see _reached
         enclosing: dict[int, tuple[int, ...]] = {}
         stack: list[tuple[ast.AST, tuple[int, ...], bool]] = [(index.tree, (0,), False)]
         while stack:
             node, scopes, in_class = stack.pop()
             identifiers = _ast_identifiers(node)
             if type(node) in _AST_DEFINITIONS:
-                definitions.append((node, scopes[-1], in_class and type(node) is not ast.ClassDef))
+                definitions.append((id(node), scopes[-1], node.name, in_class and type(node) is not ast.ClassDef))
                 for decorator in node.decorator_list:  # a decorator runs where the definition does
                     names[scopes[-1]].update(name for child in ast.walk(decorator) for name in _ast_identifiers(child))
                 names[id(node)] = set(identifiers)
@@ -311,18 +316,7 @@ def ast_reached_calls(index: SyntaxIndex) -> frozenset[int]:
                 if type(node) is ast.Call:
                     enclosing[id(node)] = scopes[1:]
             stack.extend((child, scopes, in_class) for child in ast.iter_child_nodes(node))
-        reached_names, reached = set(names[0]), {0}
-        changed = True
-        while changed:
-            changed = False
-            for definition, scope, method in definitions:
-                if id(definition) in reached or scope not in reached:
-                    continue
-                name = definition.name
-                if name in reached_names or method and name.startswith("__") and name.endswith("__"):
-                    reached.add(id(definition))
-                    reached_names |= names[id(definition)]
-                    changed = True
+        reached = _reached(definitions, names)
         return frozenset(call for call, scopes in enclosing.items() if all(scope in reached for scope in scopes))
 
     return index.memo("reached-calls", compute)
