@@ -1152,3 +1152,23 @@ def test_a_cpu_tensor_made_under_a_condition_keeps_what_was_there(tmp_path):
                                  "    return y.item()\n")})
     summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "cond.py"), "pick")
     assert sorted((op.kind, op.device) for op in summary.host_syncs[0].reads) == [("parameter", ""), ("tensor", "cpu")]
+
+
+def test_a_fixed_text_linted_after_the_saved_one_leaves_no_stale_entry(tmp_path, monkeypatch):
+    """`--fix` lints the saved file, then its fixed text before writing it: the saved text's entry
+    must not outlive its replacement (a later eviction read it and failed with a KeyError)."""
+    import torchlint.analysis.project as project
+
+    monkeypatch.setattr(project, "RETAINED_SOURCE", 1)
+    files = {f"m{i}.py": f"def f{i}(loss):\n    return loss.item()\n" for i in range(3)}
+    write(tmp_path, files)
+    modules = ProjectModules(tmp_path)
+    first = str(tmp_path / "m0.py")
+    saved = files["m0.py"]
+    assert modules.use_source(first, saved, ast.parse(saved)).function("f0") is not None  # kept as if read
+    fixed = saved.replace("loss.item()", "loss")
+    assert modules.use_source(first, fixed, ast.parse(fixed)) is not None
+    modules.release(first)
+    for name in ("m1.py", "m2.py"):  # each load evicts the least recently used trees
+        assert modules.summary(str(tmp_path / name)).function(name[:2].replace("m", "f")) is not None
+    assert modules.summary(first).function("f0").host_syncs  # read from disk again: the saved text

@@ -142,9 +142,9 @@ class ProjectModules:
         if loaded is not None:
             self.summaries.clear()
         self._loaded[path] = (digest, summary, stamp)
+        self._retained.pop(path, None)  # only a text read from disk counts: another is released after the lint
         if stamp is not None:
             self._digests[path] = digest
-            self._retained.pop(path, None)
             if summary is not None and summary.holds_trees():
                 self._retain(path)
         return summary
@@ -157,6 +157,7 @@ class ProjectModules:
         loaded = self._loaded.get(path)
         if loaded is not None and loaded[2] is None:
             del self._loaded[path]
+            self._retained.pop(path, None)
             self._by_content.pop((path, loaded[0]), None)
             self.summaries.clear()
 
