@@ -326,6 +326,10 @@ def ast_project_training(index: SyntaxIndex) -> bool:
     """The precheck twin of ``Programs.project_training``, looser: a call of the file that may
     train in the project's code (``a.m(...)`` also as ``C.m`` for any ``C(...)`` the file assigns
     to ``a``); True when the index knows no project."""
+    return index.memo("project-training", lambda: _ast_project_training(index))
+
+
+def _ast_project_training(index: SyntaxIndex) -> bool:
     summaries = index.project_summaries()
     if summaries is None:
         return True
