@@ -205,7 +205,8 @@ def create_mask(n, _compile=False):
 
 
 def test_breaks_in_test_files_are_not_reported(tmp_path):
-    source = "import torch\n@torch.compile\ndef f(x):\n    print(x)\n    return x\n"
+    # a file named like a test is test code when it holds a test (README, "Test code")
+    source = "import torch\n@torch.compile\ndef f(x):\n    print(x)\n    return x\n\ndef test_f():\n    f(1)\n"
     for name, expected in (("train.py", 1), ("test_compile.py", 0)):
         path = tmp_path / name
         settings = resolve_settings(path, isolated=True, select=["TLC001"])
