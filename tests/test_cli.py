@@ -268,3 +268,26 @@ def test_linting_never_imports_torch(project, tmp_path):
     assert result.returncode == 0, result.stderr
     probe = run_torchlint("--no-cache", "train.py", cwd=project, env={**env, "PYTHONVERBOSE": "1"})
     assert "import 'torch'" not in probe.stderr.decode()
+
+
+def test_the_cache_fingerprint_knows_torchlints_own_code(tmp_path, monkeypatch):
+    """An editable install keeps its version number from commit to commit: results cached by
+    other code of torchlint must be misses (the README's example once printed stale messages)."""
+    import torchlint.config as config
+
+    package = tmp_path / "package"
+    (package / "__pycache__").mkdir(parents=True)
+    rule = package / "rule.py"
+    rule.write_text("x = 1\n")
+    before = config.code_stamp((package,))
+    (package / "__pycache__" / "rule.cpython-311.pyc").write_bytes(b"\0")
+    assert config.code_stamp((package,)) == before  # compiled files say nothing new
+    os.utime(rule, ns=(rule.stat().st_atime_ns, rule.stat().st_mtime_ns + 1_000_000_000))
+    assert config.code_stamp((package,)) != before
+
+    import dataclasses
+
+    settings = config.resolve_settings(tmp_path, isolated=True)
+    cached_by = settings.fingerprint
+    monkeypatch.setattr(config, "code_stamp", lambda: "other code")
+    assert dataclasses.replace(settings).fingerprint != cached_by

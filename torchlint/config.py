@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import reprlib
 import sys
@@ -148,7 +149,7 @@ class Settings:
     def fingerprint(self) -> str:
         """What a cached result depends on besides the file's bytes."""
         state = {
-            "version": __version__, "selected": sorted(self.selected), "torch": self.target_torch,
+            "version": __version__, "code": code_stamp(), "selected": sorted(self.selected), "torch": self.target_torch,
             "lightning": self.target_lightning, "gpu": str(self.target_gpu) if self.target_gpu else None,
             "ignores": [[p, sorted(c)] for p, c in self.per_file_ignores],
             "options": self.rule_options, "src": self.src, "max_file_size": self.max_file_size,
@@ -178,6 +179,28 @@ class Settings:
     @cached_property
     def _resolved_root(self) -> Path:
         return self.root.resolve()
+
+
+def code_stamp(folders: tuple[Path, ...] | None = None) -> str:
+    """torchlint's own code as installed, by the name, size and modification time of each of its
+    files (about a millisecond): a version number does not change between the commits of a
+    checkout installed in editable mode, and results cached by other code must not come back."""
+    import torchlint.rules
+
+    folders = folders or (Path(__file__).resolve().parent, Path(torchlint.rules.__file__).resolve().parent)
+    paths = []
+    for folder in folders:
+        for directory, names, files in os.walk(folder):
+            names[:] = [name for name in names if name != "__pycache__"]
+            paths += [os.path.join(directory, name) for name in files if name.endswith((".py", ".yaml"))]
+    stamp = hashlib.sha256()
+    for path in sorted(paths):
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        stamp.update(f"{path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return stamp.hexdigest()[:16]
 
 
 def _relative(path: str, root: Path) -> str:
