@@ -77,40 +77,12 @@ NUMBER_BUILTINS = frozenset({"float", "int", "bool", "str", "round", "len", "rep
 def graph_names(expr: cst.BaseExpression) -> set[str]:
     """Names whose autograd graph the value of expr still holds: ``loss * n`` -> {loss, n};
     ``loss.item() * n`` -> {n}; ``float(loss)``, ``loss.detach()``, ``loss.data`` -> {}."""
-    if isinstance(expr, cst.Name):
-        return {expr.value}
-    if isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value not in DETACHING_METHODS:
-            return graph_names(expr.func.value)
-        return set()  # float(loss), loss.item(), or a call we cannot see into
-    if isinstance(expr, cst.Attribute):
-        return set() if expr.attr.value in DETACHING_METHODS else graph_names(expr.value)
-    if isinstance(expr, cst.BinaryOperation):
-        return graph_names(expr.left) | graph_names(expr.right)
-    if isinstance(expr, cst.UnaryOperation):
-        return graph_names(expr.expression)
-    if isinstance(expr, cst.Subscript):
-        return graph_names(expr.value)
-    return set()
+    return root_names(expr, DETACHING_METHODS)
 
 
 def ast_graph_names(expr: ast.AST) -> set[str]:
     """The twin of ``graph_names`` on CPython's tree."""
-    if isinstance(expr, ast.Name):
-        return {expr.id}
-    if isinstance(expr, ast.Call):
-        if isinstance(expr.func, ast.Attribute) and expr.func.attr not in DETACHING_METHODS:
-            return ast_graph_names(expr.func.value)
-        return set()
-    if isinstance(expr, ast.Attribute):
-        return set() if expr.attr in DETACHING_METHODS else ast_graph_names(expr.value)
-    if isinstance(expr, ast.BinOp):
-        return ast_graph_names(expr.left) | ast_graph_names(expr.right)
-    if isinstance(expr, ast.UnaryOp):
-        return ast_graph_names(expr.operand)
-    if isinstance(expr, ast.Subscript):
-        return ast_graph_names(expr.value)
-    return set()
+    return ast_root_names(expr, DETACHING_METHODS)
 
 
 def _ast_kept(index: SyntaxIndex) -> list[tuple[ast.AST, ast.AST, ast.AST]]:

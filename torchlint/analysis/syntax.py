@@ -58,37 +58,42 @@ def ast_callee(call: ast.Call) -> str | None:
     return None
 
 
-def root_names(expr: cst.BaseExpression) -> set[str]:
-    """Names an expression's value derives from: ``(a + b.mean()).sum()`` -> {a, b}."""
+def root_names(expr: cst.BaseExpression, cut: frozenset[str] = frozenset()) -> set[str]:
+    """Names an expression's value derives from: ``(a + b.mean()).sum()`` -> {a, b}; an attribute
+    or method named in ``cut`` (``detach``, ``item``) ends the chain below it."""
     if isinstance(expr, cst.Name):
         return {expr.value}
     if isinstance(expr, cst.Attribute):
-        return root_names(expr.value)
+        return set() if expr.attr.value in cut else root_names(expr.value, cut)
     if isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Attribute):
-            return root_names(expr.func.value)
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value not in cut:
+            return root_names(expr.func.value, cut)
         return set()
     if isinstance(expr, cst.BinaryOperation):
-        return root_names(expr.left) | root_names(expr.right)
+        return root_names(expr.left, cut) | root_names(expr.right, cut)
     if isinstance(expr, cst.UnaryOperation):
-        return root_names(expr.expression)
+        return root_names(expr.expression, cut)
     if isinstance(expr, cst.Subscript):
-        return root_names(expr.value)
+        return root_names(expr.value, cut)
     return set()
 
 
-def ast_root_names(expr: ast.AST) -> set[str]:
+def ast_root_names(expr: ast.AST, cut: frozenset[str] = frozenset()) -> set[str]:
     """The twin of ``root_names`` on CPython's tree."""
     if isinstance(expr, ast.Name):
         return {expr.id}
-    if isinstance(expr, (ast.Attribute, ast.Subscript)):
-        return ast_root_names(expr.value)
+    if isinstance(expr, ast.Attribute):
+        return set() if expr.attr in cut else ast_root_names(expr.value, cut)
+    if isinstance(expr, ast.Subscript):
+        return ast_root_names(expr.value, cut)
     if isinstance(expr, ast.Call):
-        return ast_root_names(expr.func.value) if isinstance(expr.func, ast.Attribute) else set()
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr not in cut:
+            return ast_root_names(expr.func.value, cut)
+        return set()
     if isinstance(expr, ast.BinOp):
-        return ast_root_names(expr.left) | ast_root_names(expr.right)
+        return ast_root_names(expr.left, cut) | ast_root_names(expr.right, cut)
     if isinstance(expr, ast.UnaryOp):
-        return ast_root_names(expr.operand)
+        return ast_root_names(expr.operand, cut)
     return set()
 
 

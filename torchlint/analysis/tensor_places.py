@@ -116,10 +116,10 @@ def _device_places(walker, expr: ast.AST, depth: int) -> tuple[str, ...]:
         return (HOST if host_literal(repr(expr.args[0].value)) else "",)
     if kind is ast.Attribute and expr.attr == "device" and type(expr.value) is ast.Name:
         name = expr.value.id  # bound where it is read, and never again: what the walk holds now
-        if _stores(walker.node, name) == (0 if name in walker.parameter_index else 1):
+        if _stores(walker, name) == (0 if name in walker.parameter_index else 1):
             return places_of(walker.env.get(name, UNKNOWN_VALUE))
     elif kind is ast.Name:
-        stores = _stores(walker.node, expr.id)
+        stores = _stores(walker, expr.id)
         index = walker.parameter_index.get(expr.id)
         if index is not None:
             return (f"param:{index}" if stores == 0 and expr.id != walker.self_name else "",)
@@ -129,16 +129,21 @@ def _device_places(walker, expr: ast.AST, depth: int) -> tuple[str, ...]:
     return ("",)
 
 
-def _stores(function: ast.AST, name: str) -> int:
+def _stores(walker, name: str) -> int:
     """How many times the function's own code binds ``name`` (a nested function's count too: a
-    bound cannot be fewer)."""
-    count = 0
-    for node in ast.walk(function):
-        if type(node) is ast.Name and node.id == name and type(node.ctx) is not ast.Load:
-            count += 1
-        elif type(node) in (ast.Global, ast.Nonlocal) and name in node.names:
-            return 2
-    return count
+    bound cannot be fewer; 2 for a name declared ``global`` or ``nonlocal``), counted in one walk
+    of the function, the first time a device is read from a name."""
+    counts = getattr(walker, "store_counts", None)  # kept on the walk of that one function
+    if counts is None:
+        counts, declared = {}, set()
+        for node in ast.walk(walker.node):
+            if type(node) is ast.Name and type(node.ctx) is not ast.Load:
+                counts[node.id] = counts.get(node.id, 0) + 1
+            elif type(node) in (ast.Global, ast.Nonlocal):
+                declared.update(node.names)
+        counts.update(dict.fromkeys(declared, 2))
+        walker.store_counts = counts
+    return counts.get(name, 0)
 
 
 def already_on_host(expr: ast.AST) -> bool:
