@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-import libcst as cst
-
 from torchlint.analysis.syntax import bare_call, dotted_name, method_call, names_in
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import NodeEdit, block_indentation, statement_code
+from torchlint.lazy import libcst as cst
 from torchlint.rule import RuleContext, data_table
 from torchlint.analysis.versions import parse_version
 
@@ -81,7 +80,7 @@ class MixedPrecisionStep:
     clip: cst.SimpleStatementLine | None  # the gradient-clipping statement between backward and step
 
 
-class _StepReader(cst.CSTVisitor):
+class _StepReader(Visitor):
     """Between backward and step: does the code read ``.grad`` or clip gradients?"""
 
     def __init__(self, ctx: RuleContext):

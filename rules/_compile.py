@@ -10,14 +10,13 @@ stopped breaking in. What is compiled, and what it reaches, is torchlint/analysi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-
-import libcst as cst
+from functools import cache, cached_property
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.compiled import CompiledCode, Region, untraced_branch
 from torchlint.analysis.syntax import dotted_name, method_call, positional_args, string_value
 from torchlint.analysis.walk import children, walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import RuleContext
 
 
@@ -100,7 +99,11 @@ TENSOR_METHODS = frozenset("""
     rsqrt pow matmul mm bmm softmax log_softmax sigmoid tanh relu mul add sub div clamp round floor ceil
     count_nonzero cumsum logsumexp square masked_fill median
 """.split())
-NOT_A_COMPARISON = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
+
+
+@cache
+def non_comparison_types() -> tuple[type, ...]:
+    return (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 
 
 @dataclass(frozen=True)
@@ -270,13 +273,13 @@ class TensorValues:
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
             return self.is_mask(expr.expression)
         return isinstance(expr, cst.Comparison) and not any(
-            isinstance(c.operator, NOT_A_COMPARISON) for c in expr.comparisons)
+            isinstance(c.operator, non_comparison_types()) for c in expr.comparisons)
 
     def is_tensor(self, expr: cst.BaseExpression) -> bool:
         if isinstance(expr, cst.Call):
             return self._tensor_call(expr)
         if isinstance(expr, cst.Comparison):
-            return not any(isinstance(c.operator, NOT_A_COMPARISON) for c in expr.comparisons) and (
+            return not any(isinstance(c.operator, non_comparison_types()) for c in expr.comparisons) and (
                 self.is_tensor(expr.left) or any(self.is_tensor(c.comparator) for c in expr.comparisons))
         if isinstance(expr, cst.BinaryOperation):
             return self.is_tensor(expr.left) or self.is_tensor(expr.right)

@@ -4,9 +4,8 @@ with its own shard of the data) and still as a plain `python script.py`."""
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.syntax import dotted_name, find_keyword, is_literal
+from torchlint.lazy import libcst as cst
 
 # in the first line the fix writes: the rule knows its own DDP call by it
 MARK = "torchlint TL501"

@@ -7,13 +7,12 @@ import ast
 import re
 from collections.abc import Collection
 
-import libcst as cst
-
 from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, ast_may_move,
                                         tensor_factory)
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal, names_in
 from torchlint.fixes import FixSpec, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, RuleContext
 
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})

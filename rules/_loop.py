@@ -3,10 +3,9 @@ training loop around an optimizer step, and whether a loop binds a name."""
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.flow import target_binds
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import RuleContext
 
 

@@ -5,14 +5,13 @@ the loss when nothing else uses its output."""
 from __future__ import annotations
 
 import re
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.losses import Activation
+from torchlint.analysis.syntax import atom_types
 from torchlint.fixes import NodeEdit, replace
+from torchlint.lazy import libcst as cst
 from torchlint.rule import RuleContext
-
-ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 def drop_activation(ctx: RuleContext, found: Activation) -> NodeEdit | None:
@@ -24,7 +23,7 @@ def drop_activation(ctx: RuleContext, found: Activation) -> NodeEdit | None:
     if found.through is not None and not _used_once(ctx, found):
         return None
     code = ctx.code_for(found.source)
-    return replace(found.node, code if isinstance(found.source, ATOMS) else f"({code})")
+    return replace(found.node, code if isinstance(found.source, atom_types()) else f"({code})")
 
 
 def _used_once(ctx: RuleContext, found: Activation) -> bool:
@@ -38,15 +37,21 @@ def _used_once(ctx: RuleContext, found: Activation) -> bool:
     return len(assigned) == 1 and names.references.get(found.through, 0) == 2
 
 
-class _NoComments(cst.CSTTransformer):
-    def leave_Comment(self, original_node: cst.Comment, updated_node: cst.Comment) -> cst.RemovalSentinel:
-        return cst.RemovalSentinel.REMOVE
+@cache
+def _no_comments() -> type:
+    """A transformer that drops comments (a class built on first use: see torchlint/lazy.py)."""
+
+    class NoComments(cst.CSTTransformer):
+        def leave_Comment(self, original_node: cst.Comment, updated_node: cst.Comment) -> cst.RemovalSentinel:
+            return cst.RemovalSentinel.REMOVE
+
+    return NoComments
 
 
 def one_line(node: cst.CSTNode) -> str:
     """The code of a node on one line, as a message quotes it: comments dropped, line breaks and
     indentation inside brackets closed up (``F.softmax(\n    z, dim=1)`` -> ``F.softmax(z, dim=1)``)."""
-    code = " ".join(cst.Module([]).code_for_node(node.visit(_NoComments())).split())
+    code = " ".join(cst.Module([]).code_for_node(node.visit(_no_comments()())).split())
     return re.sub(r"([(\[{]) | ([)\]}])", lambda m: m.group(1) or m.group(2), code)
 
 

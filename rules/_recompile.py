@@ -16,11 +16,10 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.syntax import dotted_name, string_value
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 COUNTING_ITERABLES = frozenset({"range", "trange", "itertools.count", "tqdm.trange", "tqdm.auto.trange"})
 PROGRESS_WRAPPERS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter"})

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import libcst as cst
-
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
@@ -15,6 +13,7 @@ from torchlint.analysis.convolutions import ProjectConvolution, ast_project_conv
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.programs import ProjectTraining, ast_is_script, ast_project_training, ast_training_script
 from torchlint.fixes import module_setting
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Related, Rule
 
 

@@ -64,8 +64,7 @@ from __future__ import annotations
 
 import ast
 import re
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.flow import function_of_call, path_to, reaching_assignments
 from torchlint.analysis.conditions import ast_is_periodic_test
@@ -73,10 +72,17 @@ from torchlint.analysis.loops import AST_LOOPS, BACKWARD_CALLEES, ast_backwards_
 from torchlint.analysis.steps import Accumulation, accumulation, ast_training_steps
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, method_call, root_names
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 SUMMED_ON_PURPOSE = re.compile(r"""reduction\s*=\s*["']sum["']|size_average\s*=\s*False""")
-SCALING_OPERATORS = (cst.Divide, cst.Multiply, cst.FloorDivide)
+
+
+@cache
+def scaling_operators() -> tuple[type, ...]:
+    return (cst.Divide, cst.Multiply, cst.FloorDivide)
+
+
 SCALING_METHODS = frozenset({"div", "div_", "mul", "mul_", "true_divide", "divide", "multiply"})
 
 
@@ -265,7 +271,7 @@ def _backpropagated(call: cst.Call) -> cst.BaseExpression | None:
 
 def _scales(value: cst.BaseExpression) -> bool:
     """A value that is scaled as a whole: ``loss / k``, ``loss * w``, ``loss.div(k)``."""
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, SCALING_OPERATORS):
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, scaling_operators()):
         return True
     return method_call(value, *SCALING_METHODS) is not None
 

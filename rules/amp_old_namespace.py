@@ -85,26 +85,31 @@ deprecation warnings start in torch 2.4.
 from __future__ import annotations
 
 import ast
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.compat import ast_surely_in_fallback
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, positional_args
 from torchlint.fixes import as_keyword, import_reference, insert_arg, keyword_argument
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._amp import amp_migration, amp_replacement, old_last_parts
+
 
 # Where a bare reference to an old spelling is about to be called later (`partial(autocast, ...)`,
 # `ctx = autocast if amp else nullcontext`); other places (annotations, isinstance, lists compared
 # by identity) are left alone.
-REFERENCE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return)
+@cache
+def reference_parent_types() -> tuple[type, ...]:
+    return (cst.Arg, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return)
+
+
 TYPE_CHECKS = frozenset({"isinstance", "issubclass"})
 
 
 def _ast_reported_places(index: SyntaxIndex) -> tuple[set[int], set[int], set[int]]:
     """The precheck twin of where the walk reports an old spelling: the ids of the expressions
     that are called (``visit_Call``), bare decorators (``visit_Decorator``), and references in
-    ``REFERENCE_PARENTS`` (an argument other than one of ``isinstance``/``issubclass``, a class's
+    ``reference_parent_types()`` (an argument other than one of ``isinstance``/``issubclass``, a class's
     base, an assigned or returned value, a part of a conditional expression: ``_reference``)."""
     def compute() -> tuple[set[int], set[int], set[int]]:
         called, decorators, references = set(), set(), set()
@@ -199,7 +204,7 @@ class AmpOldNamespace(Rule):
 
     def _reference(self, node: cst.BaseExpression) -> None:
         parent = self.ctx.parent
-        if not isinstance(parent, REFERENCE_PARENTS) or getattr(parent, "keyword", None) is node:
+        if not isinstance(parent, reference_parent_types()) or getattr(parent, "keyword", None) is node:
             return
         if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is not node:
             return

@@ -88,29 +88,37 @@ writes `torch.amp.GradScaler("cuda")` from torch 2.3, `torch.cuda.amp.GradScaler
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import ast
-
-import libcst as cst
+from dataclasses import dataclass, field
+from functools import cache
 
 from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, find_argument, find_keyword, positional_args,
                                        root_names, string_value)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import NodeEdit, block_indentation, imported_name, unused_name
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex, data_table
 from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
-APEX = data_table("amp_migrations.yaml")["apex"]
 ALLOWED_OPTIONS = {"opt_level", "verbosity", "loss_scale"}
-# apex's older mixed precision: qualified name -> what to write instead
-FP16_UTILS = {name: row["instead"] for row in APEX["fp16_utils"] for name in row["names"]}
+
+
+@cache
+def _apex() -> dict:
+    """The apex part of the AMP table (read on first use: YAML costs start-up)."""
+    return data_table("amp_migrations.yaml")["apex"]
+
+
+@cache
+def _fp16_utils() -> dict[str, str]:
+    """apex's older mixed precision: qualified name -> what to write instead."""
+    return {name: row["instead"] for row in _apex()["fp16_utils"] for name in row["names"]}
 
 
 def mixed_precision(name: str) -> bool:
     """Does a qualified name reach apex's mixed precision (`apex.amp` and what is in it, the
     classes and functions of apex's older `fp16_utils`)? apex's fused optimizers and norms do not."""
-    return name == "apex.amp" or name.startswith("apex.amp.") or name in FP16_UTILS
+    return name == "apex.amp" or name.startswith("apex.amp.") or name in _fp16_utils()
 
 
 def _ast_imported(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -201,7 +209,7 @@ class ApexAmp(Rule):
     # apex.amp calls ---------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func) or ""
-        if name in FP16_UTILS:
+        if name in _fp16_utils():
             self.calls.append((node, name))
             self.other_uses = True
             return
@@ -222,7 +230,7 @@ class ApexAmp(Rule):
         if isinstance(node.decorator, cst.Call):
             return  # `@amp.half_function(...)`-style calls are visit_Call's
         name = self.ctx.qualified_name(node.decorator) or ""
-        if name.startswith("apex.amp.") or name in FP16_UTILS:
+        if name.startswith("apex.amp.") or name in _fp16_utils():
             self.calls.append((node.decorator, name))
             self.other_uses = True
 
@@ -318,14 +326,14 @@ class ApexAmp(Rule):
     # report, with the one fix for the whole file ----------------------------------------------------
     def leave_Module(self, original_node: cst.Module) -> None:
         fix = self._fix()
-        levels = APEX["fixable_opt_levels"]
+        levels = _apex()["fixable_opt_levels"]
         if not self.calls and self.first_import is not None:
             # imported and never called here: the import is the one place to say it, once
             self.report(self.first_import, "apex's mixed precision is deprecated in favour of torch.amp: move what "
                         "this import is for to `torch.autocast` and `torch.amp.GradScaler`, then drop it")
         for node, name in self.calls:
-            entry = APEX["calls"].get(name)
-            instead = entry["instead"] if entry else FP16_UTILS.get(name, "the `torch.amp` equivalent (autocast and "
+            entry = _apex()["calls"].get(name)
+            instead = entry["instead"] if entry else _fp16_utils().get(name, "the `torch.amp` equivalent (autocast and "
                                                                               "GradScaler)")
             message = f"apex `{name[5:]}` is deprecated in favour of torch.amp: {instead}"
             this_fix = None
@@ -344,7 +352,7 @@ class ApexAmp(Rule):
             return None
         initialize = self.initialize[0]
         if initialize.problems or initialize.edit is None \
-                or initialize.opt_level not in APEX["fixable_opt_levels"]:
+                or initialize.opt_level not in _apex()["fixable_opt_levels"]:
             return None
         handled = set()
         # the import's whole line goes: the statement, then its comment and newline
@@ -363,7 +371,7 @@ class ApexAmp(Rule):
 def _master_params_calls(statement: cst.CSTNode, ctx) -> list[cst.Call]:
     found = []
 
-    class Finder(cst.CSTVisitor):
+    class Finder(Visitor):
         def visit_Call(self, node: cst.Call) -> None:
             if ctx.qualified_name(node.func) == "apex.amp.master_params":
                 found.append(node)

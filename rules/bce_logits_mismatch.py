@@ -54,9 +54,8 @@ loss (with what it means for checkpoints and callers) is the author's.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.losses import ast_may_be_given
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 

@@ -55,12 +55,11 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
                                        is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
 from torchlint.analysis.index import span
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # layer -> (dimension, positional index of `bias`)

@@ -69,10 +69,9 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.syntax import ast_find_keyword, find_argument, has_star_args
 from torchlint.fixes import set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 TORCH_UTILS_IMPORT = re.compile(r"from\s+torch\.utils\s+import\s*(?:\([^)]*|[^\n]*)\bcheckpoint\b")

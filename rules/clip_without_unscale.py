@@ -58,10 +58,9 @@ from dataclasses import dataclass, field
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.syntax import ast_callee, dotted_name, method_call
 from torchlint.fixes import block_indentation
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._amp import CLIP_GRAD_FUNCTIONS
 

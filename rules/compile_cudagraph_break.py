@@ -67,9 +67,8 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.compiled import ast_compile_sites, compiled_code
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._compile import graph_breaks

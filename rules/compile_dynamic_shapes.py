@@ -73,12 +73,11 @@ generation loops and other code whose lengths change between calls.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.compiled import (CompileSite, ast_compiled_calls_in_loops, ast_marks_dynamic_by_text,
                                          compiled_code)
 from torchlint.analysis.syntax import dotted_name, function_parameters
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._recompile import ChangingValues, bound_parameter, parameter_uses, read_names

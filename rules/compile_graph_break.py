@@ -92,9 +92,8 @@ with breaks on purpose.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.compiled import ast_may_run_compiled, compiled_code
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._compile import describe_region, graph_breaks

@@ -69,21 +69,24 @@ per epoch costs little).
 from __future__ import annotations
 
 import ast
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.compiled import ast_compile_sites, compiled_code
 from torchlint.analysis.loops import LOADER_NAME, ast_loop_lines, calls_model, iterated_name
 from torchlint.analysis.syntax import contains, last_simple_statement
 from torchlint.analysis.walk import walk
 from torchlint.fixes import statement_edit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._recompile import bindings_in, bound_in, read_names
 
+
 # Between the call and its loop: nodes under which the call does not run on every iteration.
-CONDITIONAL = (cst.If, cst.IfExp, cst.ExceptHandler, cst.ExceptStarHandler, cst.Lambda, cst.CompFor, cst.Match,
-               cst.BooleanOperation)
+@cache
+def conditional_types() -> tuple[type, ...]:
+    return (cst.If, cst.IfExp, cst.ExceptHandler, cst.ExceptStarHandler, cst.Lambda, cst.CompFor, cst.Match,
+            cst.BooleanOperation)
 
 
 class CompileInLoop(Rule):
@@ -128,7 +131,7 @@ class CompileInLoop(Rule):
     def _every_iteration(self, loop: cst.CSTNode) -> bool:
         """No condition, handler, lambda or comprehension between the call and ``loop``."""
         chain = self.ctx.ancestors[:-1]
-        return not any(isinstance(node, CONDITIONAL) for node in chain[chain.index(loop) + 1:])
+        return not any(isinstance(node, conditional_types()) for node in chain[chain.index(loop) + 1:])
 
     def _per_batch(self, loop: cst.CSTNode) -> bool:
         """Is the innermost loop around the call one that runs per training step or per batch (it

@@ -64,9 +64,8 @@ precision could not be shown. Enable it (`--extend-select TLC003`) where a progr
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.compiled import CompileSite, ast_compiled_calls_in_loops, ast_configures_dynamic, compiled_code
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 from torchlint.rules._recompile import ChangingValues, bound_parameter, parameter_uses

@@ -101,16 +101,15 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from functools import cached_property
-
-import libcst as cst
+from functools import cache, cached_property
 
 from torchlint.analysis.calls import ast_external_bases
 from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, dataloader_argument,
                                     is_dataloader_call)
-from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, has_star_args, returns_of
+from torchlint.analysis.syntax import atom_types, dotted_name, find_argument, find_keyword, has_star_args, returns_of
 from torchlint.fixes import (block_indentation, import_reference, imported_name, keyword_argument, remove_arg,
                              set_keyword)
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._distributed import MARK, is_sampler_helper, setup_lines
 
@@ -120,8 +119,6 @@ DATA_PARALLEL = frozenset({
 DROPPED_KEYWORDS = {"device_ids", "output_device"}
 # what may be chained on the wrapped module before it is bound: `DataParallel(m).eval().to(device)`
 CHAINED_METHODS = frozenset({"to", "cuda", "eval", "float", "half", "requires_grad_"})
-# the expressions `.to(...)` can follow without parentheses
-ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 @dataclass
@@ -325,7 +322,7 @@ class DataParallel(Rule):
         for statement, text in lines.values():
             fix.add(self.insert_lines_before(statement, text))
         wrapped = module_arg.value
-        if not isinstance(wrapped, ATOMS) and not wrapped.lpar:
+        if not isinstance(wrapped, atom_types()) and not wrapped.lpar:
             wrapped = wrapped.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         moved = cst.Call(cst.Attribute(wrapped, cst.Name("to")), [cst.Arg(cst.Name(gpu))])
         fix.replace(node, cst.Call(cst.parse_expression(ddp), [

@@ -72,20 +72,25 @@ that returns one of these, an
 
 from __future__ import annotations
 
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.data import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, ast_dataloader_argument,
                                     ast_dataloader_calls, dataloader_argument, is_dataloader_call)
 from torchlint.analysis.syntax import (ast_is_literal, dotted_name, has_star_args, is_literal, is_main_guard, names_in,
                                        returns_of)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import parse_expression, replace_arg_value, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 WORKERS = "min(8, {os}.cpu_count() or 1)"
 IN_MEMORY_BUILDERS = frozenset({"list", "tuple", "range", "zip"})
+
+
 # Top-level statements that run nothing of the script when a worker re-imports it.
-DEFINITIONS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Pass)
+@cache
+def definition_types() -> tuple[type, ...]:
+    return (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Pass)
 
 
 class DataloaderNumWorkers(Rule):
@@ -210,14 +215,14 @@ def _runs_nothing(statement: cst.CSTNode, defined: set[str]) -> bool:
 
 
 def _small_runs_nothing(small: cst.BaseSmallStatement, defined: set[str]) -> bool:
-    if isinstance(small, DEFINITIONS):
+    if isinstance(small, definition_types()):
         return True
     if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
         return True  # a docstring
     return isinstance(small, (cst.Assign, cst.AnnAssign)) and not _calls_any(small, defined)
 
 
-class _CallFinder(cst.CSTVisitor):
+class _CallFinder(Visitor):
     def __init__(self, names: set[str] | None):
         self.names = names
         self.found = False

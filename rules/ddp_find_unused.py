@@ -63,13 +63,12 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL
 from torchlint.analysis.frameworks import lightning_names
 from torchlint.analysis.syntax import ast_is_literal, dotted_name, find_argument, find_keyword, is_literal
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import remove_arg
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 DDP_STRATEGY_PATHS = ("strategies.DDPStrategy", "strategies.ddp.DDPStrategy")
@@ -140,7 +139,7 @@ class DdpFindUnused(Rule):
         values: list[cst.BaseExpression] = []
         wanted = module.value
 
-        class Assignments(cst.CSTVisitor):
+        class Assignments(Visitor):
             def visit_Assign(self, node: cst.Assign) -> None:
                 if any(isinstance(t.target, cst.Name) and t.target.value == wanted for t in node.targets):
                     values.append(node.value)
@@ -154,7 +153,7 @@ def _wraps_ddp(qualified: str | None) -> bool:
     return qualified in DISTRIBUTED_DATA_PARALLEL or lightning_names(qualified, *DDP_STRATEGY_PATHS)
 
 
-class _Branches(cst.CSTVisitor):
+class _Branches(Visitor):
     found = False
 
     def visit_If(self, node: cst.If) -> None:
@@ -178,7 +177,7 @@ def _self_attributes(function: cst.FunctionDef) -> set[str]:
     parameters, or plain values made by a call."""
     found: set[str] = set()
 
-    class Assignments(cst.CSTVisitor):
+    class Assignments(Visitor):
         def visit_Assign(self, node: cst.Assign) -> None:
             if isinstance(node.value, cst.Call):
                 for target in node.targets:

@@ -90,13 +90,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.data import DISTRIBUTED_DATA_PARALLEL, DdpModels
 from torchlint.analysis.flow import path_to
 from torchlint.analysis.steps import accumulation, ast_steps_in_training_loops
 from torchlint.analysis.syntax import dotted_name
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Words that say the file controls DDP's gradient synchronization itself.

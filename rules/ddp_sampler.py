@@ -79,15 +79,14 @@ only evaluate (no `backward` in the loop) are not reported, nor are loaders pass
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, ITERABLE_DATASETS,
                                     dataloader_argument, is_dataloader_call)
 from torchlint.analysis.loops import ITERATION_WRAPPERS, iterated_value
 from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, contains, dotted_name, find_keyword,
                                        has_star_args, is_literal)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import block_indentation
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._distributed import is_sampler_helper
 
@@ -138,7 +137,7 @@ class DdpSampler(Rule):
         if not hasattr(self, "_ddp"):
             bindings = self.ctx.bindings
 
-            class Wraps(cst.CSTVisitor):
+            class Wraps(Visitor):
                 found = False
 
                 def visit_Call(self, call: cst.Call) -> None:

@@ -74,14 +74,13 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_has_star_args,
                                        ast_is_literal, dotted_name, find_argument, find_keyword, is_literal,
                                        is_main_guard, positional_args)
 from torchlint.fixes import removal_edit, statement_edit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 ANOMALY_SWITCH = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})

@@ -81,11 +81,10 @@ other.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.programs import ast_is_script
 from torchlint.analysis.reproducibility import ast_switches_deterministic_on, deterministic_value
 from torchlint.analysis.syntax import is_main_guard
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Words that show a file trains through a framework's loop rather than one of its own.

@@ -58,10 +58,9 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.devices import ast_device_argument, ast_may_move, ast_moves_to_cpu, tensor_factory
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Methods that do the same on every device: a round trip around them is still a round trip.

@@ -75,14 +75,13 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.calls import ast_call_summary, ast_forward_in, ast_project_mentions, related, where
 from torchlint.analysis.conditions import is_periodic_test
 from torchlint.analysis.loops import (AST_LOOPS, LOADER_NAME, MODEL_NAME, ast_training_loop_lines, calls_model,
                                      iterated_name)
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, has_loop_statement
 from torchlint.fixes import removal_edit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 EMPTY_CACHE = frozenset({

@@ -87,16 +87,15 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.conditions import is_last_iteration_test
 from torchlint.analysis.flow import argument_for, function_of_call
 from torchlint.analysis.index import AST_SCOPES, span
 from torchlint.analysis.loops import (BACKWARD_CALLEES, MODEL_NAME, ast_loop_lines,
                                       is_backward_call, is_eval_call, with_item_disables_grad)
 from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_keyword,
-                                       function_parameters, is_literal, method_call)
+                                       function_parameters, is_literal, method_call, scope_types)
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 MAX_DEPTH = 3
@@ -115,7 +114,6 @@ INSTANCE_NORM = re.compile(r"instancenorm", re.IGNORECASE)
 READS_MODE = re.compile(r"\btraining\b|\.train\(|\.eval\(", re.IGNORECASE)
 # What a model is kept under when it is moved, cast or put in a mode: `model = model.cuda()`.
 MOVES = ("to", "cuda", "cpu", "float", "double", "half", "train")
-SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
 @dataclass(frozen=True)
@@ -203,7 +201,7 @@ class EvalModeLeftOn(Rule):
         found: list[_Event] = []
 
         def on_visit(node: cst.CSTNode) -> bool:
-            if isinstance(node, SCOPES) and node is not tree:
+            if isinstance(node, scope_types()) and node is not tree:
                 return False
             if type(node) is not cst.Call:
                 return True
@@ -457,7 +455,7 @@ def _on_last_iteration(loop: cst.CSTNode) -> set[int]:
         return type(node) is cst.If and is_last_iteration_test(node.test, loop)
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, (*SCOPES, cst.For, cst.While)):
+        if isinstance(node, (*scope_types(), cst.For, cst.While)):
             return False  # an inner loop's tests are its own
         if under(node):
             depth[0] += 1
@@ -483,7 +481,7 @@ def _model_calls(loop: cst.CSTNode, receiver: str, bindings) -> list[bool]:
         return type(node) is cst.With and any(with_item_disables_grad(item, bindings) for item in node.items)
 
     def on_visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, SCOPES):
+        if isinstance(node, scope_types()):
             return False
         if disables(node):
             depth[0] += 1

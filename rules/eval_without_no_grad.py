@@ -75,15 +75,14 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.modules import ast_module_holders
 from torchlint.analysis.loops import (AST_FUNCTIONS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
                                       MODEL_NAME, ast_backwards_by_loop, ast_loop_lines, ast_surely_grad_disabled,
                                       decorator_disables_grad, with_item_disables_grad)
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, ast_is_literal, dotted_name
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Gradients are wanted somewhere in the function: saliency maps, adversarial examples, probes.
@@ -314,7 +313,7 @@ class EvalWithoutNoGrad(Rule):
         return fix.replace_statement(loop, [wrapped]).build()
 
 
-class _Suspends(cst.CSTVisitor):
+class _Suspends(Visitor):
     """A ``yield`` or ``await`` (grad mode set by ``with`` would stay set while suspended)."""
 
     def __init__(self) -> None:
@@ -330,7 +329,7 @@ class _Suspends(cst.CSTVisitor):
         return False
 
 
-class _CallSites(cst.CSTVisitor):
+class _CallSites(Visitor):
     """For each function name: how many of its calls in the file are under no_grad."""
 
     def __init__(self, bindings) -> None:

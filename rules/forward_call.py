@@ -75,13 +75,12 @@ import ast
 import re
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.bindings import ast_scope_bindings
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import ast_module_classes
 from torchlint.analysis.syntax import ast_dotted_name
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 

@@ -64,11 +64,10 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
 from torchlint.analysis.syntax import (ast_find_keyword, ast_root_names, ast_target_names, find_argument,
                                       function_parameters, root_names, target_names)
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 MIGRATION_GUIDE = "https://docs.pytorch.org/tutorials/intermediate/FSDP_tutorial.html#fsdp1-to-fsdp2-migration-guide"

@@ -75,12 +75,11 @@ is silent for older targets.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.devices import may_train_on_cuda, mentions_cuda
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, find_keyword, has_star_args
 from torchlint.fixes import imported_name, parse_expression, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # optimizer -> the first torch release whose constructor takes fused=True

@@ -85,8 +85,6 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_periodic_test
@@ -94,7 +92,8 @@ from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_traini
 from torchlint.analysis.summaries import PARAMETER, TENSOR
 from torchlint.analysis.tensor_places import DEFAULT_DEVICE_WORD, HOST, host_literal
 from torchlint.analysis.syntax import dotted_name, line_within, method_call, names_in, root_names, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._host_sync import (CONVERSIONS, ENVIRONMENT, LOG_METHODS, SYNC_METHODS, TENSOR_LOGGERS,
                                         ast_may_sync_in_loops, ast_may_sync_in_training_step)
@@ -172,7 +171,7 @@ class HostSyncInLoop(Rule):
             bindings = self.ctx.bindings
             backpropagated = frozenset(names)
 
-            class TorchResults(cst.CSTVisitor):
+            class TorchResults(Visitor):
                 def visit_Assign(self, node: cst.Assign) -> None:
                     if any(type(t.target) is cst.Name and t.target.value in backpropagated for t in node.targets):
                         names.update(root_names(node.value))  # `loss = loss_l + loss_c`: its parts too
@@ -482,7 +481,7 @@ def _arguments_for(index, resolved, positional, keywords, node) -> list[cst.Base
     return [a.value for a in node.args if a.keyword is not None and a.keyword.value == slot]
 
 
-class _EnvironmentSteps(cst.CSTVisitor):
+class _EnvironmentSteps(Visitor):
     """The arguments of ``env.step(...)``-like calls in a loop: their code and the names they read."""
 
     def __init__(self) -> None:
@@ -497,7 +496,7 @@ class _EnvironmentSteps(cst.CSTVisitor):
                 self.arguments.append((module.code_for_node(arg.value), names_in(arg.value)))
 
 
-class _Tests(cst.CSTVisitor):
+class _Tests(Visitor):
     """Names read by if/while tests and asserts."""
 
     def __init__(self) -> None:

@@ -79,17 +79,16 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.escapes import leaks
 from torchlint.analysis.index import span
-from torchlint.analysis.loops import (AST_LOOPS, EVAL_FUNCTION, LOOPS, ast_calls_model, ast_loop_lines, calls_model,
-                                      last_mode_call)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.loops import (AST_LOOPS, EVAL_FUNCTION, ast_calls_model, ast_loop_lines, calls_model,
+                                      last_mode_call, loop_types)
+from torchlint.analysis.syntax import scope_types
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 NO_GRAD = frozenset({"torch.no_grad", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
-SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 # Functions whose name says they only infer: their blocks are inference even without a loop.
 INFERENCE_FUNCTION = re.compile(r"(^|_)(predict|prediction|predictions|evaluate|evaluation|inference|infer|validate|"
                                 r"validation)(_|$)")
@@ -175,7 +174,7 @@ class InferenceMode(Rule):
         chain = self.ctx.ancestors
         for i in range(len(chain) - 1, 0, -1):
             current, parent = chain[i], chain[i - 1]
-            if isinstance(current, SCOPES) and current is not node:
+            if isinstance(current, scope_types()) and current is not node:
                 return False
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
                 body = list(parent.body)
@@ -198,9 +197,9 @@ class InferenceMode(Rule):
         chain = self.ctx.ancestors
         for i in range(len(chain) - 1, 0, -1):
             current, parent = chain[i], chain[i - 1]
-            if isinstance(current, SCOPES) and current is not node:
+            if isinstance(current, scope_types()) and current is not node:
                 break
-            if isinstance(current, LOOPS):
+            if isinstance(current, loop_types()):
                 after += [s for s in current.body.body]
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
                 body = list(parent.body)
@@ -209,13 +208,13 @@ class InferenceMode(Rule):
 
 
 def _has_loop(body: cst.BaseSuite) -> bool:
-    class Loops(cst.CSTVisitor):
+    class Loops(Visitor):
         found = False
 
         def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, LOOPS):
+            if isinstance(node, loop_types()):
                 self.found = True
-            return not self.found and not isinstance(node, SCOPES)
+            return not self.found and not isinstance(node, scope_types())
 
     finder = Loops()
     visit(body, finder)
@@ -228,7 +227,7 @@ def _ast_calls_self(node: ast.AST) -> bool:
                for call in ast.walk(node))
 
 
-class _CallsSelf(cst.CSTVisitor):
+class _CallsSelf(Visitor):
     """``self(x)``: a module calling itself (a ``predict`` method)."""
 
     def __init__(self) -> None:

@@ -67,11 +67,10 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.devices import written_device_kind
 from torchlint.analysis.syntax import dotted_name, find_argument, find_keyword, positional_args
 from torchlint.fixes import keyword_argument
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Hooks that run after the Trainer moved the module to its device.

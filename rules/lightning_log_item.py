@@ -63,9 +63,8 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.syntax import ast_callee, dotted_name, find_argument, names_in, root_names
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 

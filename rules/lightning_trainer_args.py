@@ -75,19 +75,23 @@ those versions on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.frameworks import lightning_names
 from torchlint.analysis.syntax import (dotted_name, find_keyword, has_star_args, literal_value, positional_args,
                                        same_literal)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import append_element, import_reference, remove_arg, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex, data_table
-from torchlint.analysis.versions import parse_version
 
-TABLE = data_table("lightning_trainer_args.yaml")
-ROWS = {row["old"]: row for row in TABLE}
+
+@cache
+def _rows() -> dict[str, dict]:
+    """The table's rows by the old argument's name (read on first use: YAML costs start-up)."""
+    return {row["old"]: row for row in data_table("lightning_trainer_args.yaml")}
+
+
 TRAINER_PATHS = ("Trainer", "trainer.Trainer", "trainer.trainer.Trainer")
 FIT_CKPT_INDEX = 4  # Trainer.fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 PROGRESS_BARS = ("ProgressBar", "progress_bar")
@@ -109,7 +113,7 @@ def python_literal(value: object) -> str:
 
 def _table_markdown() -> str:
     lines = ["| old | new | version | status | fix |", "|---|---|---|---|---|"]
-    for row in TABLE:
+    for row in _rows().values():
         safeties = sorted({case.get("safety", "none") for case in row["cases"] if case.get("write") is not None})
         fix = " / ".join(safeties) or "none"
         if row.get("handler"):
@@ -117,9 +121,6 @@ def _table_markdown() -> str:
         values = " (some values)" if row.get("only_values") else ""
         lines.append(f"| `{row['old']}`{values} | {row['new']} | {row['version']} | {row['status']} | {fix} |")
     return "\n".join(lines)
-
-
-__doc__ = __doc__.replace("<!-- table -->", _table_markdown())
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,15 @@ class LightningTrainerArgs(Rule):
     summary = "A Lightning 1.x `Trainer` argument that Lightning 2.x removed or discourages (`gpus=`, `precision=16`)"
     fix_applicability = "safe"
     triggers = ("Trainer(",)
-    lightning_versions = ">=" + min((row["version"] for row in TABLE), key=parse_version)
+    lightning_versions = ">=0.8"  # the table's oldest version (a test keeps them equal)
+
+    @classmethod
+    def docs(cls) -> str:
+        return super().docs().replace("<!-- table -->", _table_markdown())
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(k.arg in ROWS for call in index.calls("Trainer") for k in call.keywords)
+        return any(k.arg in _rows() for call in index.calls("Trainer") for k in call.keywords)
 
     def visit_Call(self, node: cst.Call) -> None:
         if not lightning_names(self.ctx.qualified_name(node.func), *TRAINER_PATHS):
@@ -165,7 +170,7 @@ class LightningTrainerArgs(Rule):
         present = {arg.keyword.value: arg for arg in node.args if arg.keyword is not None}
         planned: dict[str, object] = {}  # keywords that earlier fixes of this call write
         for arg in node.args:
-            row = ROWS.get(arg.keyword.value) if arg.keyword is not None else None
+            row = _rows().get(arg.keyword.value) if arg.keyword is not None else None
             if row is None or not self.ctx.lightning_at_least(row["version"]):
                 continue
             mapping = _case(row, arg.value)
@@ -246,7 +251,7 @@ class LightningTrainerArgs(Rule):
         fits: list[cst.Call] = []
         assignments: list[cst.CSTNode] = []
 
-        class Uses(cst.CSTVisitor):
+        class Uses(Visitor):
             def visit_Call(self, call: cst.Call) -> None:
                 if dotted_name(call.func) == f"{name}.fit":
                     fits.append(call)

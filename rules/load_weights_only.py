@@ -59,11 +59,10 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument,
                                        find_keyword, has_star_args, whole_word)
 from torchlint.fixes import set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 LOADS = frozenset({"torch.load", "torch.serialization.load"})

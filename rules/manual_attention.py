@@ -91,12 +91,11 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.attention import Attention, AttentionFinder, ast_may_be_attention, is_negative_infinity
 from torchlint.analysis.syntax import is_literal, names_in, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import NodeEdit, statement_edit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # A file that already runs fused attention somewhere keeps its hand-written path on purpose.
@@ -360,7 +359,7 @@ def _references(nodes: list[cst.CSTNode]) -> dict[str, int]:
     counts: dict[str, int] = {}
     skip: set[int] = set()
 
-    class Names(cst.CSTVisitor):
+    class Names(Visitor):
         def visit_Attribute(self, node: cst.Attribute) -> None:
             skip.add(id(node.attr))
 

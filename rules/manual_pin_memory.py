@@ -73,19 +73,24 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.data import (ast_dataloader_calls, batch_parts, dataloader_argument, is_batch_part,
                                     loader_calls, pins_memory, without_workers)
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import ast_loop_lines
 from torchlint.analysis.syntax import dotted_name, function_parameters, method_call, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
-COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+@cache
+def comprehension_types() -> tuple[type, ...]:
+    return (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
 DICT_VIEWS = ("items", "values")
 
 
@@ -163,7 +168,7 @@ class ManualPinMemory(Rule):
         devices = self.ctx.devices
         found = []
 
-        class Moves(cst.CSTVisitor):
+        class Moves(Visitor):
             def visit_Call(self, node: cst.Call) -> None:
                 if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == name:
                     found.append(devices.move(node))
@@ -192,7 +197,7 @@ class ManualPinMemory(Rule):
             statement = ancestors[position + 2] if len(ancestors) > position + 2 else None
             names = batch_parts(loop, statement)
             for node in ancestors[position:]:
-                if isinstance(node, COMPREHENSIONS):
+                if isinstance(node, comprehension_types()):
                     clause = node.for_in
                     while clause is not None:
                         iterated = clause.iter

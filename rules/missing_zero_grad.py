@@ -55,10 +55,9 @@ are cleared only in an outer loop (once per epoch), the finding says so.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.steps import (ast_clears_gradients_directly, ast_training_steps, clears_gradients,
                                      stepped_optimizer)
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import assigned_in, innermost_training_loop
 

@@ -76,9 +76,8 @@ statement.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.analysis.devices import EXACT_FACTORIES
 from torchlint.analysis.syntax import find_keyword, is_literal

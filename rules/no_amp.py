@@ -97,14 +97,13 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.devices import may_train_on_cuda, uses_reduced_precision
 from torchlint.analysis.gpus import BF16, TENSOR_CORES
 from torchlint.analysis.programs import ast_training_script
 from torchlint.analysis.syntax import method_call, root_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import block_indentation, imported_name, unused_name
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._amp import amp_constructor, mixed_precision_step
 
@@ -116,7 +115,7 @@ BCE_ON_PROBABILITIES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCE
 PRECISION_MANAGERS = re.compile(r"\bAccelerator\b|\baccelerate\b|\bFabric\b|\bdeepspeed\b|\bapex\b|\bGradScaler\b")
 
 
-class _BackwardCounter(cst.CSTVisitor):
+class _BackwardCounter(Visitor):
     def __init__(self) -> None:
         self.count = 0
 
@@ -181,7 +180,7 @@ class NoAmp(Rule):
         ``F.binary_cross_entropy``), which CUDA autocast refuses to run?"""
         bindings = self.ctx.bindings
 
-        class Finder(cst.CSTVisitor):
+        class Finder(Visitor):
             found = False
 
             def visit_Attribute(self, node: cst.Attribute) -> None:

@@ -63,17 +63,21 @@ non-blocking copy was queued corrupts the copy).
 
 from __future__ import annotations
 
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.data import dataloader_argument, is_dataloader_call
 from torchlint.analysis.devices import ast_may_move
 from torchlint.analysis.loops import ITERATION_WRAPPERS, ast_loop_lines, iterated_name
 from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, is_literal, root_names, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
-COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+@cache
+def comprehension_types() -> tuple[type, ...]:
+    return (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 class NonBlockingTransfer(Rule):
@@ -154,7 +158,7 @@ class NonBlockingTransfer(Rule):
                         for target in small.targets:
                             names |= target_names(target.target)
         for node in self.ctx.ancestors[position:]:
-            if isinstance(node, COMPREHENSIONS):
+            if isinstance(node, comprehension_types()):
                 clause = node.for_in
                 while clause is not None:
                     if root_names(clause.iter) & names:
@@ -182,7 +186,7 @@ def _wrapped_iterable(value: cst.BaseExpression | None, bindings) -> str | None:
     return dotted_name(value.args[0].value) if wrapper else None
 
 
-class _InPlaceWrites(cst.CSTVisitor):
+class _InPlaceWrites(Visitor):
     """``x += ...``, ``x[...] = ...``, ``x.add_(...)`` on one of names."""
 
     def __init__(self, names: set[str]):

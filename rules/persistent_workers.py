@@ -75,16 +75,15 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
                                     is_dataloader_call)
 from torchlint.analysis.index import span
-from torchlint.analysis.loops import AST_FUNCTIONS, LOOPS, ast_loop_lines
+from torchlint.analysis.loops import AST_FUNCTIONS, ast_loop_lines, loop_types
 from torchlint.analysis.syntax import (ast_dotted_name, ast_find_keyword, contains, dotted_name, find_keyword,
                                        has_star_args, literal_value)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import parse_expression, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Lightning hooks whose loader the Trainer iterates every epoch (unless told to reload them).
@@ -123,7 +122,7 @@ class PersistentWorkers(Rule):
                 or find_keyword(node, "persistent_workers") is not None:
             return
         workers = dataloader_argument(node, "num_workers")
-        if workers is None or self.ctx.enclosing(*LOOPS) or "reload_dataloaders_every" in self.ctx.code:
+        if workers is None or self.ctx.enclosing(*loop_types()) or "reload_dataloaders_every" in self.ctx.code:
             return
         known, count = literal_value(workers.value)
         if known and not (type(count) is int and count > 0):
@@ -185,7 +184,7 @@ class PersistentWorkers(Rule):
             nested: set[int] = set()
             passed: dict[int, set[str]] = {}
 
-            class Uses(cst.CSTVisitor):
+            class Uses(Visitor):
                 def __init__(self) -> None:
                     self.depth = [0]
                     self.functions = [0]
@@ -236,7 +235,7 @@ class PersistentWorkers(Rule):
         if not hasattr(self, "_mutated"):
             mutated: set[str] = set()
 
-            class Mutations(cst.CSTVisitor):
+            class Mutations(Visitor):
                 depth = 0
 
                 def visit_For(self, node: cst.For) -> None:

@@ -79,8 +79,6 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument, handed_to,
                                     is_dataloader_call)
 from torchlint.analysis.devices import mentions_cuda
@@ -88,6 +86,7 @@ from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.walk import walk
 from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal
 from torchlint.fixes import set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Code that may put tensors on a device before the loader sees them.

@@ -54,13 +54,12 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, is_dataloader_call, known_value,
                                     without_workers)
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_keyword, function_parameters,
                                        same_literal)
 from torchlint.fixes import remove_arg
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 WORKER_OPTIONS = ("prefetch_factor", "persistent_workers")

@@ -63,8 +63,7 @@ from __future__ import annotations
 
 import ast
 import re
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, ast_may_move, tensor_factory
 from torchlint.analysis.index import span
@@ -72,11 +71,17 @@ from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import ast_module_classes
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_find_keyword, ast_is_literal, contains, dotted_name, find_keyword,
                                        function_parameters, is_literal, names_in, positional_args)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
-LITERALS = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp, cst.Integer,
+
+@cache
+def literal_types() -> tuple[type, ...]:
+    return (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp, cst.Integer,
             cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
 AUTOGRAD_FUNCTIONS = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 # torch functions that do not return a tensor
 NOT_TENSORS = frozenset({"device", "dtype", "load", "compile", "manual_seed", "no_grad", "is_tensor", "numel",
@@ -272,7 +277,7 @@ class RegisterBuffer(Rule):
         finder = _SelfAssignments(self_name, attribute)
         visit(cls, finder)
         earlier = finder.statements_before(function, statement)
-        if earlier or any(isinstance(v, LITERALS) for v in finder.values):
+        if earlier or any(isinstance(v, literal_types()) for v in finder.values):
             return True
         for base in cls.bases:  # a base class of this file that sets the attribute itself
             for other in self.ctx.module.body:
@@ -284,7 +289,7 @@ class RegisterBuffer(Rule):
         return False
 
 
-class _SelfAssignments(cst.CSTVisitor):
+class _SelfAssignments(Visitor):
     """Assignments to ``self.<attribute>`` in a class: their values and the statements."""
 
     def __init__(self, self_name: str, attribute: str):

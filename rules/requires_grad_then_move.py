@@ -57,11 +57,10 @@ reads TL201's `device-names` option to know which variable names hold devices.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES, tensor_factory
 from torchlint.analysis.syntax import ast_callee, find_argument, find_keyword, has_star_args, is_literal
 from torchlint.fixes import replace_arg_value, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._factories import PARAMETER, ast_moved_calls, create_on_device, creates_non_leaf, factory_move
 

@@ -60,13 +60,12 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.calls import ast_call_summary, ast_project_mentions, related, where
 from torchlint.analysis.loops import ast_backpropagated_names, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER
 from torchlint.analysis.syntax import ast_root_names, dotted_name, root_names, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # Calls and attributes after which a value no longer holds the graph.
@@ -125,7 +124,7 @@ def is_detached(expr: cst.BaseExpression) -> bool:
             return False
 
 
-class _LoopBindings(cst.CSTVisitor):
+class _LoopBindings(Visitor):
     """Names reset inside a loop (``losses = []``; not ``total = total + loss``, which
     accumulates), and those rebound to a detached value (``loss = loss.item()``)."""
 

@@ -63,9 +63,8 @@ them all; return logits from `forward` and apply the softmax at inference.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from torchlint.analysis.losses import Activation, ast_may_be_given
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._losses import drop_activation, given_value
 

@@ -56,18 +56,23 @@ discriminator step before its generator's backward is in order).
 from __future__ import annotations
 
 import ast
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.index import AST_LOOPS, AST_SCOPES
 from torchlint.analysis.loops import BACKWARD_CALLEES, ast_backwards_by_loop, is_backward_call
 from torchlint.analysis.steps import ast_training_steps, optimizer_like, stepped_optimizer
 from torchlint.analysis.syntax import ast_contains
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 from torchlint.rules._loop import innermost_training_loop
 
-CONDITIONS = (cst.If, cst.IfExp, cst.Try, cst.TryStar, cst.BooleanOperation, cst.Match)
+
+@cache
+def condition_types() -> tuple[type, ...]:
+    return (cst.If, cst.IfExp, cst.Try, cst.TryStar, cst.BooleanOperation, cst.Match)
+
+
 AST_CONDITIONS = (ast.If, ast.IfExp, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.BoolOp,
                   ast.Match)
 
@@ -162,7 +167,7 @@ class StepBeforeBackward(Rule):
     def _conditional(self, loop: cst.CSTNode) -> bool:
         """Is the step under a condition inside the loop (a deliberate deferred step)?"""
         index = next(i for i, node in enumerate(self.ctx.ancestors) if node is loop)
-        return any(isinstance(node, CONDITIONS) for node in self.ctx.ancestors[index + 1:])
+        return any(isinstance(node, condition_types()) for node in self.ctx.ancestors[index + 1:])
 
     def _backwards_around(self, loop: cst.CSTNode, step: cst.Call) -> tuple[list[cst.Call], list[cst.Call]]:
         """The backward calls of the loop body before the step and after it, in source order

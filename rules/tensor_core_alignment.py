@@ -77,12 +77,11 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.devices import uses_reduced_precision
 from torchlint.analysis.gpus import TENSOR_CORES
 from torchlint.analysis.programs import ast_is_script
 from torchlint.analysis.syntax import find_argument
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 # layer -> the (parameter, positional index) pairs whose sizes feed a matrix multiplication

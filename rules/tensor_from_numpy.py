@@ -65,12 +65,11 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.bindings import ast_scope_bindings
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.syntax import find_argument, find_keyword, is_literal, method_call, positional_args
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 # NumPy functions that return a new array (never a view of their argument, never a scalar).

@@ -82,9 +82,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-import libcst as cst
-
 from torchlint.analysis.syntax import is_literal
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 MATMUL = "torch.backends.cuda.matmul.allow_tf32"

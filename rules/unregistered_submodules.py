@@ -88,19 +88,23 @@ classes that are not provably modules.
 
 from __future__ import annotations
 
-import re
-
 import ast
-
-import libcst as cst
+import re
+from functools import cache
 
 from torchlint.analysis.loops import AST_FUNCTIONS
 from torchlint.analysis.modules import MODULE_ATTRIBUTES, ast_module_classes
 from torchlint.analysis.syntax import ast_callee, contains, dotted_name, function_parameters, string_value
 from torchlint.fixes import imported_name, insert_after, insert_before
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
-CONTAINERS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp)
+
+@cache
+def container_types() -> tuple[type, ...]:
+    return (cst.List, cst.ListComp, cst.Dict, cst.DictComp)
+
+
 CONTAINER_ATTRIBUTE = re.compile(r"\.\s*\w+\s*(?::[^=\n]*)?=\s*[\[{(]")
 AST_CONTAINERS = (ast.List, ast.ListComp, ast.Dict, ast.DictComp)
 
@@ -198,7 +202,7 @@ class UnregisteredSubmodules(Rule):
             self._check(node.target, node.value, annotated=True)
 
     def _check(self, target: cst.BaseExpression, value: cst.BaseExpression, annotated: bool) -> None:
-        if not isinstance(value, CONTAINERS) or not isinstance(target, cst.Attribute):
+        if not isinstance(value, container_types()) or not isinstance(target, cst.Attribute):
             return
         function, cls = self.ctx.enclosing_function(), self.ctx.enclosing_class()
         if function is None or cls is None or function.name.value != "__init__" \

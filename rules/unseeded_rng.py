@@ -70,12 +70,11 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from torchlint.analysis.flow import function_of_call, path_to
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.syntax import bare_call, dotted_name, positional_args
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
 
 TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed",

@@ -60,17 +60,16 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.syntax import ast_find_keyword, ast_has_star_args, ast_is_literal, find_argument, is_literal
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import remove_arg, replace_arg_value, set_keyword
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
 
 CUDA_GRAPH_MARKERS = ("CUDAGraph", "cuda.graph(", "make_graphed_callables")
 
 
-class _GradReader(cst.CSTVisitor):
+class _GradReader(Visitor):
     def __init__(self) -> None:
         self.reads_grad = False
         self.backward = False
@@ -91,7 +90,7 @@ def _is_grad(expr: cst.BaseExpression) -> bool:
     return False
 
 
-class _GradWriter(cst.CSTVisitor):
+class _GradWriter(Visitor):
     def __init__(self) -> None:
         self.found = False
 

@@ -243,3 +243,20 @@ def test_pip_install_of_the_example_plugin(tmp_path):
     (tmp_path / "train.py").write_text(SEEDED)
     result = run_torchlint("--isolated", "--no-cache", "--select", "XMP", "train.py", cwd=tmp_path, env=env)
     assert "train.py:4:5: XMP001" in result.stdout.decode() and not result.stderr
+
+
+def test_the_cheap_scan_finds_the_group_only_where_an_entry_points_file_declares_it(tmp_path, monkeypatch):
+    """Start-up skips importlib.metadata when no metadata folder on sys.path names the group; the
+    scan must say yes for a declared group, and for an archive on the path (which it cannot read)."""
+    from torchlint.plugins import _may_declare
+
+    folder = tmp_path / "site"
+    install_metadata(folder, "some-plugin", "1.0", {"example": "some_plugin.rules"})
+    (folder / "other-1.0.dist-info").mkdir()  # a distribution without entry points
+    monkeypatch.syspath_prepend(str(folder))
+    assert _may_declare(GROUP)
+    assert not _may_declare("torchlint.no-such-group")
+    archive = tmp_path / "packages.zip"
+    archive.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    monkeypatch.syspath_prepend(str(archive))
+    assert _may_declare("torchlint.no-such-group")

@@ -16,7 +16,6 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from torchlint import __version__
 from torchlint.rule import Rule, all_rules, plugin_problems, rule_plugin
@@ -279,6 +278,8 @@ def read_config(path: Path) -> dict:
     if path.name == "pyproject.toml" or path.suffix == ".toml":
         table = _tool_table(path).get("torchlint", {}) if path.name == "pyproject.toml" else _read_toml(path)
     else:
+        import yaml  # here, not at the top: most projects have no YAML configuration, and it costs start-up
+
         try:
             table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}  # never yaml.load: tags run code
         except UnicodeDecodeError as error:

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.calls import Calls
 from torchlint.analysis.compat import Compatibility
@@ -26,6 +24,7 @@ from torchlint.analysis.project import ProjectModules
 from torchlint.analysis.programs import Programs
 from torchlint.analysis.syntax import code_text, dotted_name, function_parameters
 from torchlint.analysis.versions import at_least
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.rule import Report

@@ -10,11 +10,10 @@ import sys
 import traceback
 import warnings
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import accumulate
-
-import libcst as cst
-from libcst._nodes.base import CSTNode
 
 from torchlint import guards
 from torchlint.analysis.index import SyntaxIndex
@@ -24,7 +23,7 @@ from torchlint.analysis.walk import forget_children, walk
 from torchlint.context import RuleContext, project_modules
 from torchlint.diagnostics import Diagnostic, Edit, Severity, apply_edits
 from torchlint.fixes import NodeEdit
-from torchlint.positions import resolve_reports
+from torchlint.lazy import libcst as cst
 from torchlint.rule import Report, Rule
 from torchlint.suppression import apply_noqa, skip_file
 
@@ -243,24 +242,29 @@ def _syntax_check(source: str, path: str) -> list[Diagnostic]:
 # LibCST validates every node as it is built (CSTNode.__post_init__ calls _validate); for the trees
 # its parser builds that is a sixth of the parse and checks nothing the parser has not (LibCST's
 # own comment there says so). The parse skips it, while the LibCST in use still validates that way.
-_POST_INIT = CSTNode.__post_init__
-_VALIDATES_ONLY = _POST_INIT.__code__.co_names == ("_validate",)
+@cache
+def _validation() -> Callable | None:
+    """LibCST's ``CSTNode.__post_init__``, when all it does is validate; read once, on the first
+    parse (not at import: see torchlint/lazy.py), before any parse swaps it."""
+    post_init = cst.CSTNode.__post_init__
+    return post_init if post_init.__code__.co_names == ("_validate",) else None
 
 
-def _no_validation(node: CSTNode) -> None:
+def _no_validation(node: cst.CSTNode) -> None:
     return None
 
 
 def parse_module(source: str) -> cst.Module:
     """``cst.parse_module``, without re-validating the nodes the parser builds. Nodes that rules
     and fixes build later are validated as usual."""
-    if not _VALIDATES_ONLY:
+    validation = _validation()
+    if validation is None:
         return cst.parse_module(source)
-    CSTNode.__post_init__ = _no_validation
+    cst.CSTNode.__post_init__ = _no_validation
     try:
         return cst.parse_module(source)
     finally:
-        CSTNode.__post_init__ = _POST_INIT
+        cst.CSTNode.__post_init__ = validation
 
 
 def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
@@ -314,6 +318,8 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         if not ctx.reports:
             return []
         _apply_guards(module, ctx.reports)
+        from torchlint.positions import resolve_reports  # LibCST's codegen, at its top: see torchlint/lazy.py
+
         diagnostics = resolve_reports(ctx, module, source, statement_lines)
     except RecursionError:  # a shape the depth check does not see (`a and b and ...`, "a" "b" ...)
         return [syntax_error(path, f"{_CANNOT_ANALYZE}: an expression nests too deeply; split it, "

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from torchlint.analysis.syntax import contains, dotted_name, last_simple_statement
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.context import RuleContext

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import libcst as cst
+from torchlint.analysis.walk import Visitor, visit, walk
+from torchlint.lazy import libcst as cst
 
-from torchlint.analysis.walk import visit, walk
-
-_CODE = cst.Module(body=[])
 _CONSTANTS = frozenset({"True", "False", "None"})
 
 
@@ -63,7 +61,8 @@ def _keyword_change(old: cst.CSTNode, new: str | cst.CSTNode, ancestors: Sequenc
     else:
         return None
     added = set(after) - set(before)
-    moved = {_CODE.code_for_node(arg.value) for arg in _all_args(old)}
+    code = cst.Module([]).code_for_node
+    moved = {code(arg.value) for arg in _all_args(old)}
     settings = set()
     for name in set(before) | set(after):
         if before.get(name) == after.get(name):
@@ -90,7 +89,8 @@ def _as_call(new: str | cst.CSTNode | None) -> cst.Call | None:
 
 
 def _keywords(args: Sequence[cst.Arg]) -> dict[str, str]:
-    return {arg.keyword.value: _CODE.code_for_node(arg.value) for arg in args if arg.keyword is not None}
+    code = cst.Module([]).code_for_node
+    return {arg.keyword.value: code(arg.value) for arg in args if arg.keyword is not None}
 
 
 def _all_args(node: cst.CSTNode) -> list[cst.Arg]:
@@ -106,7 +106,7 @@ def _branch_test_names(ancestors: Sequence[cst.CSTNode]) -> set[str]:
              if isinstance(parent, (cst.If, cst.IfExp, cst.While)) and child is not parent.test]
     names: set[str] = set()
 
-    class Names(cst.CSTVisitor):
+    class Names(Visitor):
         def visit_Name(self, node: cst.Name) -> None:
             names.add(node.value)
 

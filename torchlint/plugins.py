@@ -19,8 +19,10 @@ can import it without a cycle.
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.machinery
 import inspect
+import os
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Callable
@@ -56,8 +58,43 @@ class Loaded:
 
 def entry_points() -> list[importlib.metadata.EntryPoint]:
     """The installed entry points of the group, in a stable order."""
+    if not _may_declare(GROUP):
+        return []
+    import importlib.metadata
+
     found = importlib.metadata.entry_points(group=GROUP)
     return sorted(found, key=lambda ep: (_distribution(ep)[0], ep.name, ep.value))
+
+
+def _may_declare(group: str) -> bool:
+    """Whether an installed distribution may declare entry points of ``group``: its name appears in
+    some ``entry_points.txt`` of a metadata folder on ``sys.path``. Importing importlib.metadata and
+    reading every distribution's metadata costs start-up (tens of milliseconds) that a run with no
+    plugin installed need not pay. Where the answer is not that plain (a zip on the path, a finder
+    that lists distributions of its own), the answer is yes and importlib.metadata decides."""
+    for finder in sys.meta_path:
+        if finder is not importlib.machinery.PathFinder and hasattr(finder, "find_distributions"):
+            return True
+    for entry in sys.path:
+        folder = entry or os.curdir
+        if not os.path.isdir(folder):
+            if os.path.exists(folder):
+                return True  # an archive: importlib.metadata reads it
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue  # importlib.metadata skips an unreadable folder too
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                declared = os.path.join(folder, name, "entry_points.txt")
+                try:
+                    with open(declared, encoding="utf-8", errors="replace") as file:
+                        if group in file.read():
+                            return True
+                except OSError:
+                    continue  # no entry points (or a one-file .egg-info, which declares none)
+    return False
 
 
 def _distribution(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:

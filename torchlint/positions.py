@@ -8,15 +8,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from torchlint.analysis.walk import flat, visit
+from torchlint.analysis.walk import Visitor, flat, visit
 from torchlint.context import RuleContext
 from torchlint.diagnostics import Diagnostic, Edit, Fix, SourceText
 from torchlint.fixes import NodeEdit
+from torchlint.lazy import libcst as cst
 
 
 def resolve_reports(ctx: RuleContext, module: cst.Module, source: str,
@@ -209,7 +209,7 @@ def _statements(module: cst.Module, lines: list[int]) -> list[_Statement] | None
     return found if position == len(lines) else None
 
 
-class _IndentFinder(cst.CSTVisitor):
+class _IndentFinder(Visitor):
     """The block indentation around each of some nodes: a node rendered on its own loses it, and
     a call that spans lines inside a function would come out flush left."""
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import libcst as cst
-
 from torchlint.config import Settings, resolve_settings
 from torchlint.engine import fix_source, lint_source
+from torchlint.lazy import libcst as cst
 
 EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>[A-Z]{2,5}\d{3}(?:\s*,\s*[A-Z]{2,5}\d{3})*)")
 DIRECTIVE = re.compile(r"^#\s*fixture:\s*(?P<options>.*)$", re.MULTILINE)

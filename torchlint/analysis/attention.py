@@ -14,13 +14,12 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Assigned, ast_reaching_assignments, path_to, reaching_assignments
 from torchlint.analysis.index import SyntaxIndex, last_parts
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_has_star_args, dotted_name, find_argument,
                                        is_literal, positional_args)
+from torchlint.lazy import libcst as cst
 
 MATMUL_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm", "torch.Tensor.matmul"})
 SOFTMAX_FUNCTIONS = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})

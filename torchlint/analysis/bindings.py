@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal,
                                        small_statements, statements)
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis.index import SyntaxIndex
@@ -195,9 +194,9 @@ class Bindings:
             found.setdefault(node.name.value, []).append(node)
         return found
 
-    def defined(self, name: str | None, kind: type = cst.CSTNode) -> list:
-        """The file's functions or classes (``kind``) named ``name``."""
-        return [node for node in self.definitions.get(name or "", []) if isinstance(node, kind)]
+    def defined(self, name: str | None, kind: type | None = None) -> list:
+        """The file's functions or classes (``kind``, or both) named ``name``."""
+        return [node for node in self.definitions.get(name or "", []) if kind is None or isinstance(node, kind)]
 
     def derived_classes(self, is_root: Callable[[str | None], bool]) -> frozenset[str]:
         """Names of the classes in the file with a base whose qualified name ``is_root`` accepts, or

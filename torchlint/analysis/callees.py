@@ -13,13 +13,12 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.modules import Modules, ast_module_classes
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, positional_args
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 # Calls that hand back the module they are called on, or wrap the module they are given.
 MODULE_MOVES = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",

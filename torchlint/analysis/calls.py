@@ -8,8 +8,7 @@ summary's effects say where inside the callee it happens, for the finding's rela
 from __future__ import annotations
 
 import ast
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.callgraph import Resolved, Summaries
 from torchlint.analysis.index import SyntaxIndex
@@ -18,9 +17,12 @@ from torchlint.analysis.summaries import Effect, FunctionSummary, Import
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, scope_name
 from torchlint.analysis.walk import walk
 from torchlint.diagnostics import Related
+from torchlint.lazy import libcst as cst
 
 
-_DEFINITIONS = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+@cache
+def _definition_types() -> tuple[type, ...]:
+    return (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 def related(effect: Effect, message: str) -> Related:
@@ -97,7 +99,7 @@ class Calls:
         found: list[Effect] = []
 
         def on_visit(child: cst.CSTNode) -> bool:
-            if found or type(child) in _DEFINITIONS:
+            if found or type(child) in _definition_types():
                 return False
             if type(child) is cst.Call:
                 summary = self.summary(child)

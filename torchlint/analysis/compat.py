@@ -7,11 +7,10 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, dotted_name, ends_in_exit, names_in
+from torchlint.lazy import libcst as cst
 
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 COMPATIBILITY_ERRORS = IMPORT_ERRORS | {"AttributeError", "TypeError", "NameError"}

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from weakref import WeakKeyDictionary
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.callees import Callees, ast_may_hold_instance, self_attribute
@@ -34,6 +32,7 @@ from torchlint.analysis.loops import ast_loop_lines
 from torchlint.analysis.syntax import (ast_dotted_name, ast_find_keyword, contains, dotted_name,
                                        find_keyword, literal_value, positional_args)
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 COMPILE_FUNCTIONS = frozenset({"torch.compile", "torch._dynamo.optimize"})
 DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo",

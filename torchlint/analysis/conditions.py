@@ -7,13 +7,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-import libcst as cst
-
 from torchlint.analysis.syntax import names_in, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 
 
-class _RemainderFinder(cst.CSTVisitor):
+class _RemainderFinder(Visitor):
     def __init__(self) -> None:
         self.found = False
 
@@ -72,7 +71,7 @@ def _has_call(expr: cst.BaseExpression) -> bool:
     return bool(found)
 
 
-class _CallFinder(cst.CSTVisitor):
+class _CallFinder(Visitor):
     def __init__(self, found: list, wanted: Callable[[cst.Call], bool]) -> None:
         self.found = found
         self.wanted = wanted

@@ -11,12 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.summaries import Effect, FunctionSummary, Import
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, scope_name
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls  # calls.py reaches value_facts.py, which reads modules.py

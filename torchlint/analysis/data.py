@@ -8,8 +8,6 @@ import ast
 from collections.abc import Collection
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import argument_for
 from torchlint.analysis.index import SyntaxIndex
@@ -18,6 +16,7 @@ from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, dott
                                        function_parameters, has_star_args, is_literal, literal_value, same_literal,
                                        target_names)
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # DataLoader's parameters that may be passed by position, in order (the rest are keyword-only).

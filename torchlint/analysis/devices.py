@@ -9,14 +9,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import (ast_find_keyword, ast_has_star_args, find_argument, find_keyword,
                                        has_star_args, has_word, is_literal, positional_args, string_value,
                                        whole_word)
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xpu|meta|hpu|xla|npu|privateuseone)(:\d+)?$")
 DTYPES = frozenset(
@@ -206,7 +205,7 @@ class Devices:
         only to ``"cpu"`` is not CUDA; ``"cuda" if available else "cpu"`` is)?"""
         devices = self
 
-        class Moves(cst.CSTVisitor):
+        class Moves(Visitor):
             found = False
 
             def visit_Call(self, node: cst.Call) -> None:

@@ -10,10 +10,10 @@ tensors (``torch.inference_mode`` makes tensors that autograd and in-place updat
 
 from __future__ import annotations
 
-import libcst as cst
 
 from torchlint.analysis.syntax import dotted_name, names_in, root_names, target_names
-from torchlint.analysis.walk import visit
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 
 # Methods whose result is a Python value or a host copy.
 HOST_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "size", "numel", "dim", "nelement"})
@@ -21,7 +21,6 @@ HOST_BUILTINS = frozenset({"float", "int", "bool", "len", "round", "str", "repr"
 HOST_MODULES = frozenset({"time", "datetime", "math"})
 # Methods that put their argument into the container they are called on.
 STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "put", "put_nowait", "setdefault"})
-SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 def is_host_value(expr: cst.BaseExpression | None, hosts: frozenset[str] = frozenset()) -> bool:
@@ -53,7 +52,7 @@ def is_host_value(expr: cst.BaseExpression | None, hosts: frozenset[str] = froze
     return False
 
 
-class _Block(cst.CSTVisitor):
+class _Block(Visitor):
     """The facts of a block that decide what leaves it (functions defined inside left out)."""
 
     def __init__(self) -> None:
@@ -152,7 +151,7 @@ def _host_names(assigned: dict[str, list[cst.BaseExpression | None]]) -> frozens
 
 
 def _calls(expr: cst.BaseExpression) -> bool:
-    class Calls(cst.CSTVisitor):
+    class Calls(Visitor):
         found = False
 
         def visit_Call(self, node: cst.Call) -> None:

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-
-import libcst as cst
+from functools import cache
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.syntax import ast_first_line, dotted_name, function_parameters
+from torchlint.analysis.syntax import ast_first_line, dotted_name, function_parameters, scope_types
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
-SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-BLOCKS = (cst.IndentedBlock, cst.Module)
+
+@cache
+def block_types() -> tuple[type, ...]:
+    return (cst.IndentedBlock, cst.Module)
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class _Binds:
         def on_visit(child: cst.CSTNode) -> bool:
             if type(child) is cst.NamedExpr and dotted_name(child.target) == self.name:
                 found.append(child)
-            return not found and not isinstance(child, SCOPES)
+            return not found and not isinstance(child, scope_types())
 
         walk(node, on_visit)
         return bool(found)
@@ -226,13 +228,13 @@ def reaching_assignments(name: str, chain: list[cst.CSTNode]) -> list[Assigned] 
     reached: list[Assigned | None] = []
     for i in range(len(chain) - 1, 0, -1):
         node, parent = chain[i], chain[i - 1]
-        if isinstance(node, SCOPES) and i != len(chain) - 1:
+        if isinstance(node, scope_types()) and i != len(chain) - 1:
             if type(node) in (cst.FunctionDef, cst.Lambda):
                 parameters = function_parameters(node)
                 if name in parameters:
                     return None
             break
-        if isinstance(parent, BLOCKS):
+        if isinstance(parent, block_types()):
             body = list(parent.body)
             found, certain = _reaching_in_block(body[: body.index(node)], binds)
             reached += found

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from functools import cached_property
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.syntax import dotted_name, function_parameters
+from torchlint.lazy import libcst as cst
 
 LIGHTNING_PACKAGES = ("pytorch_lightning", "lightning.pytorch", "lightning")
 LIGHTNING_MODULE_PATHS = ("LightningModule", "core.LightningModule", "core.module.LightningModule",

@@ -12,24 +12,20 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING
-
-import libcst as cst
 
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import AST_LOOPS, SyntaxIndex
 from torchlint.analysis.syntax import (ast_contains, ast_dotted_name, ast_is_literal, ast_root_names, dotted_name,
-                                       is_literal, method_call, root_names)
-from torchlint.analysis.walk import flat, visit
+                                       is_literal, method_call, root_names, scope_types)
+from torchlint.analysis.walk import Visitor, flat, visit
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls
 
-LOOPS = (cst.For, cst.While)
 AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-_SCOPE_TYPES, _LOOP_TYPES = frozenset(SCOPES), frozenset(LOOPS)
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
 # Methods that backpropagate their first argument: Accelerate, Fabric, Lightning.
 BACKWARD_METHODS = frozenset({"manual_backward"})
@@ -63,9 +59,16 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "tqdm.tqdm", "tqdm.
                                 "rich.progress.track"})
 
 
+@cache
+def loop_types() -> tuple[type, ...]:
+    """LibCST's loop statements (a function, not a constant: importing this module must not import
+    LibCST, see torchlint/lazy.py)."""
+    return (cst.For, cst.While)
+
+
 # --- backward ----------------------------------------------------------------------------------------
 
-class _BackwardFinder(cst.CSTVisitor):
+class _BackwardFinder(Visitor):
     """Collects what a subtree backpropagates: ``loss.backward()`` -> {"loss"}."""
 
     def __init__(self, bindings: Bindings):
@@ -201,7 +204,7 @@ def is_eval_call(node: cst.CSTNode) -> bool:
     return method_call(node, "eval") is not None and not node.args
 
 
-class _ModeCalls(cst.CSTVisitor):
+class _ModeCalls(Visitor):
     """``model.eval()`` / ``model.train(False)`` -> "eval", ``model.train()`` -> "train", in order."""
 
     def __init__(self) -> None:
@@ -227,7 +230,7 @@ def last_mode_call(statements: Sequence[cst.CSTNode]) -> str | None:
 
 # --- what runs how often -------------------------------------------------------------------------------
 
-class _ModelCalls(cst.CSTVisitor):
+class _ModelCalls(Visitor):
     def __init__(self) -> None:
         self.found = False
 
@@ -267,7 +270,7 @@ def _statements_outside_loops(block: cst.BaseSuite) -> list[cst.CSTNode]:
     functions): what one iteration of the loop runs itself."""
     found: list[cst.CSTNode] = []
     for statement in getattr(block, "body", ()):
-        if isinstance(statement, (*LOOPS, *SCOPES)):
+        if isinstance(statement, (*loop_types(), *scope_types())):
             continue
         if type(statement) is cst.SimpleStatementLine:
             found.append(statement)
@@ -293,7 +296,7 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """The calls a subtree makes when it runs (functions defined in it left out)."""
     found: list[cst.Call] = []
 
-    class CallsIn(cst.CSTVisitor):
+    class CallsIn(Visitor):
         def visit_Call(self, call: cst.Call) -> None:
             found.append(call)
 
@@ -382,11 +385,12 @@ class Loops:
         """Enclosing for/while loops, innermost first, up to the enclosing function (its callers'
         loops are not visible)."""
         loops = []
+        scopes, loop_kinds = scope_types(), loop_types()
         for node in reversed(self.ancestors[:-1]):
-            kind = type(node)  # the classes of SCOPES and LOOPS have no subclasses
-            if kind in _SCOPE_TYPES:
+            kind = type(node)  # these classes have no subclasses
+            if kind in scopes:
                 break
-            if kind in _LOOP_TYPES:
+            if kind in loop_kinds:
                 loops.append(node)
         return loops
 
@@ -436,11 +440,11 @@ class Loops:
         if id(loop) not in self._nested:
             found: list[cst.CSTNode] = []
 
-            class Loops(cst.CSTVisitor):
+            class Loops(Visitor):
                 def on_visit(self, node: cst.CSTNode) -> bool:
-                    if isinstance(node, LOOPS):
+                    if isinstance(node, loop_types()):
                         found.append(node)
-                    return not isinstance(node, SCOPES)
+                    return not isinstance(node, scope_types())
 
             visit(loop.body, Loops())
             self._nested[id(loop)] = found
@@ -493,9 +497,9 @@ class Loops:
         loop_here = candidates[0]
         for i in range(chain.index(loop_here), 0, -1):
             node, parent = chain[i], chain[i - 1]
-            if isinstance(node, SCOPES):
+            if isinstance(node, scope_types()):
                 break
-            if isinstance(node, LOOPS):
+            if isinstance(node, loop_types()):
                 if self.runs_backward(node):
                     break
                 loop_here = node
@@ -526,7 +530,7 @@ class Loops:
             return False
         for i in range(len(self.ancestors) - 1, 0, -1):
             node, parent = self.ancestors[i], self.ancestors[i - 1]
-            if isinstance(node, SCOPES):
+            if isinstance(node, scope_types()):
                 break
             if type(parent) in (cst.IndentedBlock, cst.Module):
                 body = list(parent.body)
@@ -553,7 +557,7 @@ class Loops:
         index: dict[str, list[cst.For]] = {}
         bindings = self.bindings
 
-        class ForLoops(cst.CSTVisitor):
+        class ForLoops(Visitor):
             def visit_For(self, node: cst.For) -> None:
                 iterated = iterated_name(node, bindings)
                 if iterated is not None:

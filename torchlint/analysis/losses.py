@@ -16,13 +16,12 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import AST_SCOPES, SyntaxIndex
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args,
                                        returns_of)
+from torchlint.lazy import libcst as cst
 
 # kind of loss -> the functions and the classes that compute it
 LOSSES = {

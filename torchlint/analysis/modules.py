@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.convolutions import ProjectConvolution, project_convolutions
 from torchlint.analysis.data import FULLY_SHARD, FULLY_SHARDED_DATA_PARALLEL
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.frameworks import LIGHTNING_MODULE_PATHS, lightning_names
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, function_parameters
-from torchlint.analysis.walk import visit, walk
+from torchlint.analysis.walk import Visitor, visit, walk
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls  # calls.py reaches value_facts.py, which reads this module
@@ -292,7 +291,7 @@ class Modules:
         found: set[int] = set()
         bindings = self.bindings
 
-        class Convolutions(cst.CSTVisitor):
+        class Convolutions(Visitor):
             def visit_Call(self, node: cst.Call) -> None:
                 dimension = convolution_dimension(bindings.qualified_name(node.func))
                 if dimension is not None:

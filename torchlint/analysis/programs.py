@@ -11,15 +11,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.index import SyntaxIndex
-from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, LOOPS, Loops, ast_training_loop_lines
+from torchlint.analysis.loops import AST_FUNCTIONS, AST_LOOPS, Loops, ast_training_loop_lines, loop_types
 from torchlint.analysis.summaries import Effect, FunctionSummary
 from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_main_guard, is_literal, scope_name
 from torchlint.analysis.walk import flat, walk
+from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis.calls import Calls
@@ -61,7 +60,7 @@ class Programs:
                     return True
                 if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                     continue
-                if isinstance(statement, LOOPS) and self.loops.backpropagated_names(statement) is not None:
+                if isinstance(statement, loop_types()) and self.loops.backpropagated_names(statement) is not None:
                     return True
                 for attr in ("body", "orelse", "finalbody"):
                     child = getattr(statement, attr, None)
@@ -161,7 +160,7 @@ class Programs:
         # each node on a stack: (where its subtree ends, its id, is it a class)
         nodes, ends, start = flat(self.module)
         stack: list[tuple[int, int, bool]] = [(ends[start], 0, False)]
-        loop_types, name_type = set(LOOPS), cst.Name
+        loop_kinds, name_type = set(loop_types()), cst.Name
         for index in range(start, ends[start]):
             while stack[-1][0] <= index:
                 stack.pop()
@@ -169,7 +168,7 @@ class Programs:
             kind = type(node)
             if kind is name_type:
                 names[stack[-1][1]].add(node.value)
-            elif kind in loop_types or kind is cst.Call:
+            elif kind in loop_kinds or kind is cst.Call:
                 enclosing[id(node)] = tuple(scope for _, scope, _ in stack[1:])
             elif kind is cst.FunctionDef or kind is cst.ClassDef:
                 scope, in_class = stack[-1][1], stack[-1][2]

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, find_argument, literal_value
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 DETERMINISTIC_FLAGS = frozenset({"torch.backends.cudnn.deterministic"})
 DETERMINISTIC_SWITCHES = frozenset({"torch.use_deterministic_algorithms"})

@@ -16,15 +16,14 @@ import ast
 import re
 from dataclasses import dataclass
 
-import libcst as cst
-
 from torchlint.analysis.bindings import Bindings
 from torchlint.analysis.flow import function_of_call
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.conditions import is_periodic_test
-from torchlint.analysis.loops import LOOPS, ast_backwards_by_loop, ast_training_loop_lines, is_backward_call
+from torchlint.analysis.loops import ast_backwards_by_loop, ast_training_loop_lines, is_backward_call, loop_types
 from torchlint.analysis.syntax import ast_contains, ast_dotted_name, contains, dotted_name, positional_args
 from torchlint.analysis.walk import walk
+from torchlint.lazy import libcst as cst
 
 OPTIMIZER_NAME = re.compile(r"optim|(^|_)opt($|_|[dg]$)", re.IGNORECASE)
 NOT_OPTIMIZER = re.compile(r"sched", re.IGNORECASE)
@@ -216,7 +215,7 @@ class _Events:
         def on_visit(node: cst.CSTNode) -> bool:
             if type(node) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 return False
-            if isinstance(node, (cst.If, *LOOPS)):
+            if isinstance(node, (cst.If, *loop_types())):
                 stack.append(node)
             if type(node) is cst.Call:
                 if stepped_optimizer(node, bindings) is not None:
@@ -305,7 +304,7 @@ def accumulation(loop: cst.CSTNode, bindings: Bindings) -> Accumulation | None:
         return None
     # a step after an inner loop of micro-batches whose backward runs without a step
     for call, around in events.steps:
-        if any(isinstance(node, LOOPS) for node in around):
+        if any(isinstance(node, loop_types()) for node in around):
             continue
         for inner in _inner_loops(events):
             micro, count = _micro_batch_count(inner) if type(inner) is cst.For else (False, None)
@@ -358,7 +357,7 @@ def _inner_loops(events: _Events) -> list[cst.CSTNode]:
     seen: list[cst.CSTNode] = []
     for _, around in events.backwards:
         for node in around:
-            if isinstance(node, LOOPS) and node not in seen:
+            if isinstance(node, loop_types()) and node not in seen:
                 seen.append(node)
     return seen
 

@@ -13,10 +13,23 @@ import io
 import re
 import tokenize
 from collections.abc import Iterator, Sequence
+from functools import cache
 
-import libcst as cst
+from torchlint.analysis.walk import Visitor, visit
+from torchlint.lazy import libcst as cst
 
-from torchlint.analysis.walk import visit
+@cache
+def scope_types() -> tuple[type, ...]:
+    """LibCST's nodes that open a scope: functions, classes, lambdas (a function, not a constant:
+    importing this module must not import LibCST, see torchlint/lazy.py)."""
+    return (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+@cache
+def atom_types() -> tuple[type, ...]:
+    """The expressions that ``.attribute`` or a call can follow without parentheses."""
+    return (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
 
 # --- names ---------------------------------------------------------------------------------------
 
@@ -108,7 +121,7 @@ def ast_target_names(target: ast.AST) -> set[str]:
     return set()
 
 
-class _NameReader(cst.CSTVisitor):
+class _NameReader(Visitor):
     def __init__(self) -> None:
         self.names: set[str] = set()
 
@@ -322,7 +335,7 @@ def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
     """The ``return`` statements of a function (not those of functions nested in it)."""
     found: list[cst.Return] = []
 
-    class Returns(cst.CSTVisitor):
+    class Returns(Visitor):
         def visit_Return(self, node: cst.Return) -> None:
             found.append(node)
 
@@ -333,7 +346,7 @@ def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
     return found
 
 
-class _Contains(cst.CSTVisitor):
+class _Contains(Visitor):
     def __init__(self, target: cst.CSTNode):
         self.target = target
         self.found = False

@@ -11,14 +11,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import libcst as cst
+from torchlint.lazy import libcst as cst
 
-# Syntax-only nodes: whitespace, comments, punctuation. Rules read them through their parents.
+# Syntax-only nodes: whitespace, comments, punctuation. Rules read them through their parents. (By
+# name, so that importing this module does not import LibCST: see torchlint/lazy.py.)
 SKIPPED_TYPES = frozenset({
-    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline,
-    cst.Comment, cst.Comma, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Semicolon, cst.Colon, cst.AssignEqual, cst.Dot,
-    cst.ImportStar,
+    "SimpleWhitespace", "ParenthesizedWhitespace", "TrailingWhitespace", "EmptyLine", "Newline",
+    "Comment", "Comma", "LeftParen", "RightParen", "LeftSquareBracket", "RightSquareBracket",
+    "LeftCurlyBrace", "RightCurlyBrace", "Semicolon", "Colon", "AssignEqual", "Dot",
+    "ImportStar",
 })
 SKIPPED_FIELDS = frozenset({
     "lpar", "rpar", "lbracket", "rbracket", "lbrace", "rbrace", "comma", "semicolon", "colon", "equal", "dot",
@@ -26,22 +27,22 @@ SKIPPED_FIELDS = frozenset({
 })
 # Where the dataclass field order is not the order the code reads in.
 FIELD_ORDER = {
-    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
-    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
-    cst.IfExp: ("body", "test", "orelse"),
-    cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
-    cst.Arg: ("keyword", "value"),
-    cst.ExceptHandler: ("type", "name", "body"),
-    cst.ExceptStarHandler: ("type", "name", "body"),
-    cst.MatchCase: ("pattern", "guard", "body"),
-    cst.TypeAlias: ("name", "type_parameters", "value"),
+    "FunctionDef": ("decorators", "name", "params", "returns", "body"),
+    "ClassDef": ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    "IfExp": ("body", "test", "orelse"),
+    "Parameters": ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    "Arg": ("keyword", "value"),
+    "ExceptHandler": ("type", "name", "body"),
+    "ExceptStarHandler": ("type", "name", "body"),
+    "MatchCase": ("pattern", "guard", "body"),
+    "TypeAlias": ("name", "type_parameters", "value"),
 }
 
 _fields: dict[type, tuple[str, ...]] = {}
 
 
 def _child_fields(node_type: type) -> tuple[str, ...]:
-    names = FIELD_ORDER.get(node_type)
+    names = FIELD_ORDER.get(node_type.__name__) if node_type.__module__.startswith("libcst.") else None
     if names is None:
         names = tuple(f.name for f in dataclasses.fields(node_type)
                       if f.name not in SKIPPED_FIELDS and not f.name.startswith("whitespace"))
@@ -88,7 +89,8 @@ _visible: dict[type, bool] = {}
 
 def _is_visible(kind: type) -> bool:
     """A LibCST node that rules see (isinstance on LibCST's abstract base is slow: once per type)."""
-    _visible[kind] = visible = issubclass(kind, cst.CSTNode) and kind not in SKIPPED_TYPES
+    _visible[kind] = visible = issubclass(kind, cst.CSTNode) and not (
+        kind.__name__ in SKIPPED_TYPES and kind.__module__.startswith("libcst."))
     return visible
 
 
@@ -159,17 +161,30 @@ def walk(root: cst.CSTNode, on_visit: Callable[[cst.CSTNode], bool | None],
         on_leave(pending.pop()[1])
 
 
-_BASE_ON_VISIT = cst.CSTVisitor.on_visit
-_BASE_ON_LEAVE = cst.CSTVisitor.on_leave
+class Visitor:
+    """A read-only visitor for ``visit``: ``visit_<Node>`` methods (returning False skips the node's
+    children) and ``leave_<Node>`` methods, as LibCST's ``CSTVisitor`` has, or ``on_visit`` and
+    ``on_leave`` for every node. Defining one does not import LibCST (a ``cst.CSTVisitor`` at a
+    module's top level would, at start-up)."""
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        method = getattr(self, f"visit_{type(node).__name__}", None)
+        return method(node) is not False if method is not None else True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        method = getattr(self, f"leave_{type(original_node).__name__}", None)
+        if method is not None:
+            method(original_node)
 
 
-def visit(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
-    """``root.visit(visitor)`` for a read-only visitor, on the fast walk. A visitor that keeps
-    LibCST's ``on_visit``/``on_leave`` (it defines ``visit_<Node>``/``leave_<Node>`` methods) is
+def visit(root: cst.CSTNode, visitor: Visitor | cst.CSTVisitor) -> None:
+    """``root.visit(visitor)`` for a read-only visitor, on the fast walk. A visitor that keeps the
+    default ``on_visit``/``on_leave`` (it defines ``visit_<Node>``/``leave_<Node>`` methods) is
     called only for the node types it has methods for: LibCST's own dispatch looks the method up
     by name at every node."""
     kind = type(visitor)
-    if kind.on_visit is not _BASE_ON_VISIT or kind.on_leave is not _BASE_ON_LEAVE:
+    if kind.on_visit not in (Visitor.on_visit, cst.CSTVisitor.on_visit) or \
+            kind.on_leave not in (Visitor.on_leave, cst.CSTVisitor.on_leave):
         walk(root, visitor.on_visit, visitor.on_leave)
         return
     methods: dict[type, tuple] = {}  # node type -> (its visit_ method or None, its leave_ method or None)
