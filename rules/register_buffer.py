@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import ast
 import re
+from bisect import bisect_left, bisect_right
 from functools import cache
 
 from torchlint.analysis.devices import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_FACTORIES, ast_may_move, tensor_factory
@@ -143,13 +144,13 @@ class RegisterBuffer(Rule):
         if not inits:
             return False
         # the assignments of the file by their lines: a statement on an `__init__`'s lines is in it
-        assignments = [node for node in index.nodes(ast.Assign) if len(node.targets) == 1
-                       and isinstance(node.targets[0], ast.Attribute) and isinstance(node.value, ast.Call)]
+        assignments = sorted((node for node in index.nodes(ast.Assign) if len(node.targets) == 1
+                              and isinstance(node.targets[0], ast.Attribute) and isinstance(node.value, ast.Call)),
+                             key=lambda node: node.lineno)
+        lines = [node.lineno for node in assignments]
         for init in inits:
             start, end = span(init)
-            for node in assignments:
-                if not start <= node.lineno <= end:
-                    continue
+            for node in assignments[bisect_left(lines, start):bisect_right(lines, end)]:
                 value = node.value
                 device = ast_find_keyword(value, "device")
                 if ast_callee(value) in factories and device is not None and not ast_is_literal(device.value, None):

@@ -4,8 +4,7 @@ runs once per step, and whether gradients are on at a place.
 "The training loop" is a ``for``/``while`` loop whose body calls ``.backward(`` (or
 ``accelerator.backward(loss)``, ``self.manual_backward(loss)``, ``torch.autograd.backward``), or a
 Lightning ``training_step``. Questions about the current place read the live ancestor stack of
-the walk (``Loops(..., ancestors=ctx.ancestors)``).
-"""
+the walk (``Loops(..., ancestors=ctx.ancestors)``)."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "tqdm.tqdm", "tqdm.
 
 @cache
 def loop_types() -> tuple[type, ...]:
-    """LibCST's loop statements (a function, not a constant: importing this module must not import
-    LibCST, see torchlint/lazy.py)."""
+    """LibCST's loop statements (built on first use: see torchlint/lazy.py)."""
     return (cst.For, cst.While)
 
 
@@ -180,12 +178,15 @@ def ast_surely_grad_disabled(index: SyntaxIndex, node: ast.AST) -> bool:
             return True
         return item and name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") \
             and type(expr) is ast.Call and bool(expr.args) and ast_is_literal(expr.args[0], False)
-    def regions() -> list[ast.AST]:  # the withs and functions that turn grad off, found once per file
-        return [with_ for with_ in index.nodes(ast.With, ast.AsyncWith)
-                if any(disables(item.context_expr, True) for item in with_.items)] \
-            + [function for function in index.nodes(*AST_FUNCTIONS)
-               if any(disables(decorator, False) for decorator in function.decorator_list)]
-    return any(ast_contains(region, node) for region in index.memo("grad-off regions", regions))
+    def regions() -> dict[int, list[ast.AST]]:  # line -> the withs and functions over it that turn grad off
+        found = [with_ for with_ in index.nodes(ast.With, ast.AsyncWith)
+                 if any(disables(item.context_expr, True) for item in with_.items)]
+        found += [f for f in index.nodes(*AST_FUNCTIONS) if any(disables(d, False) for d in f.decorator_list)]
+        by_line: dict[int, list[ast.AST]] = {}
+        for region, line in ((r, line) for r in found for line in range(r.lineno, r.end_lineno + 1)):
+            by_line.setdefault(line, []).append(region)
+        return by_line
+    return any(ast_contains(region, node) for region in index.memo("grad-off regions", regions).get(node.lineno, ()))
 
 
 def grad_switch_off(node: cst.CSTNode, bindings: Bindings) -> bool | None:

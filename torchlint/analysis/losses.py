@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from torchlint.analysis.bindings import Bindings, ast_values
 from torchlint.analysis.flow import Ancestry, Assigned, reaching_assignments
 from torchlint.analysis.index import AST_SCOPES, SyntaxIndex
-from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, dotted_name, find_argument, positional_args,
-                                       returns_of)
+from torchlint.analysis.syntax import (ast_callee, ast_contains, ast_dotted_name, dotted_name, find_argument,
+                                       positional_args, returns_of)
 from torchlint.lazy import libcst as cst
 
 # kind of loss -> the functions and the classes that compute it
@@ -369,7 +369,11 @@ def ast_may_be_given(index: SyntaxIndex, losses: Iterable[str], activations: Ite
     if not index.calls(*{name for kind in kinds for name in PRODUCERS[kind]}):
         return False
     twin = index.memo("losses", lambda: _AstLosses(index))
-    return any(twin.may_reach(value, kinds, set()) for value in twin.loss_inputs(frozenset(losses)))
+    # One `seen` for every input: the search is reachability (any path), so what an input's search
+    # visited without finding the activation reaches none, and another input's search may skip it
+    # (a fresh set per input made a file with many losses quadratic).
+    seen: set = set()
+    return any(twin.may_reach(value, kinds, seen) for value in twin.loss_inputs(frozenset(losses)))
 
 
 _SHAPE_FUNCTIONS = frozenset(_last_part(name) for name in SHAPE_FUNCTIONS)
@@ -400,7 +404,7 @@ class _AstLosses:
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     for bound in _bound_names(target):
                         self.assigned.setdefault(bound, []).append(node)
-        self._scopes: dict[int, ast.AST | None] | None = None  # see _scope
+        self._scopes: dict[int, list[ast.AST]] | None = None  # see _scope
         self._assigned_in: dict[tuple[int, str], list[ast.AST]] | None = None  # see _reaching
         self.classes: dict[str, list[ast.ClassDef]] = {}
         for node in index.nodes(ast.ClassDef):
@@ -424,13 +428,19 @@ class _AstLosses:
     def _criteria(self, wanted: frozenset[str]) -> set[str]:
         """The dotted names given a value that names one of ``wanted`` (``criterion =
         nn.CrossEntropyLoss()``, ``loss_fn = F.cross_entropy``): what ``Losses._loss_value`` needs."""
-        mentions = [node for node in self.index.nodes(ast.Name) if node.id in wanted]
-        mentions += [node for node in self.index.nodes(ast.Attribute) if node.attr in wanted]
-        if not mentions:
+        if not any(node.id in wanted for node in self.index.nodes(ast.Name)) \
+                and not any(node.attr in wanted for node in self.index.nodes(ast.Attribute)):
             return set()
-        mentioned = {id(node) for node in mentions}
-        return {name for name, values in self.values.items() if _last_part(name) not in ACTIVATION_METHODS
-                and any(id(node) in mentioned for value in values for node in ast.walk(value))}
+        return {name for name, words in self._words().items() if _last_part(name) not in ACTIVATION_METHODS
+                and not words.isdisjoint(wanted)}
+
+    def _words(self) -> dict[str, set[str]]:
+        """Each dotted name given values -> the names and attribute names those values mention (one
+        walk of them, however many loss kinds ask)."""
+        return self.index.memo("losses: words of values", lambda: {
+            name: {node.id if isinstance(node, ast.Name) else node.attr for value in values for node in ast.walk(value)
+                   if isinstance(node, (ast.Name, ast.Attribute))}
+            for name, values in self.values.items()})
 
     def may_reach(self, expr: ast.AST, kinds: frozenset[str], seen: set) -> bool:
         """Could ``Losses._activation`` find one of ``kinds`` for ``expr``?"""
@@ -501,20 +511,14 @@ class _AstLosses:
 
     def _scope(self, node: ast.AST) -> ast.AST | None:
         """The innermost function, class or lambda around a name or an assignment (by its span: a
-        definition's decorators are outside it); None at module level. One walk, on first use."""
-        if self._scopes is None:
+        definition's decorators are outside it); None at module level."""
+        if self._scopes is None:  # line -> the scopes over it, outer first, built on first use
             self._scopes = {}
-            stack: list[tuple[ast.AST, ast.AST | None]] = [(self.index.tree, None)]
-            while stack:
-                parent, scope = stack.pop()
-                inner = parent if isinstance(parent, AST_SCOPES) else scope
-                decorators = {id(d) for d in getattr(parent, "decorator_list", ())}
-                for child in ast.iter_child_nodes(parent):
-                    around = scope if id(child) in decorators else inner
-                    if type(child) in (ast.Name, ast.Assign, ast.AnnAssign):
-                        self._scopes[id(child)] = around
-                    stack.append((child, around))
-        return self._scopes.get(id(node))
+            for scope in sorted(self.index.nodes(*AST_SCOPES), key=lambda s: (s.lineno, s.col_offset)):
+                for line in range(scope.lineno, scope.end_lineno + 1):
+                    self._scopes.setdefault(line, []).append(scope)
+        return next((scope for scope in reversed(self._scopes.get(node.lineno, ())) if ast_contains(scope, node)),
+                    None)
 
     def _reaching(self, name: ast.Name) -> list[ast.AST]:
         """The assignments that may give ``name`` its value as ``flow.reaching_assignments`` finds
