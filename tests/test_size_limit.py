@@ -58,3 +58,29 @@ def test_a_large_file_that_no_rule_reads_deeply_is_not_a_finding(tmp_path):
     stub = "import torch\n\n" + "def to(self, device: torch.device) -> Tensor: ...\n" * 40
     assert len(stub) > 1000
     assert lint_source(stub, str(tmp_path / "stub.pyi"), settings_with(tmp_path, 1000)) == []
+
+
+def test_over_the_limit_the_prechecks_stop_at_the_first_that_passes(tmp_path, monkeypatch):
+    """Whether any rule would read the file is all the limit asks; a later precheck's cost (the
+    costliest are linear in the file, and a 5 MB file has many shapes) is not paid."""
+    from torchlint.rule import Rule
+
+    asked = []
+    original = Rule.precheck.__func__
+
+    def counted(cls, index):
+        asked.append(cls.code)
+        return original(cls, index)
+
+    settings = settings_with(tmp_path, 300)
+    rules = tuple(rule for rule in settings.rules_for(str(tmp_path / "train.py")) if rule.code in ("TL101", "TL201"))
+    for rule in rules:
+        monkeypatch.setattr(rule, "precheck", classmethod(counted))
+    script = ("import torch\n\nlosses = []\nfor step in range(10):\n    x = torch.zeros(3).cuda()\n"
+              "    loss = model(x).sum()\n    loss.backward()\n    losses.append(loss)\n")
+    assert [d.code for d in lint_source(script, str(tmp_path / "train.py"), settings, rules)] == ["TL201", "TL101"]
+    assert asked == ["TL101", "TL201"]  # under the limit, each rule's precheck decides for itself
+    asked.clear()
+    [only] = lint_source(script + "# padding\n" * 20, str(tmp_path / "train.py"), settings, rules)
+    assert only.code == "TL000" and "over the `max-file-size`" in only.message
+    assert asked == ["TL101"]  # it passes: no later precheck is asked

@@ -289,7 +289,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         return [refused]
     statement_lines = None
     if tree is not None:
-        candidates = _prechecked(candidates, tree, source, settings, path, crashes)
+        candidates = _prechecked(candidates, tree, source, settings, path, crashes, first=bool(limit) and size > limit)
         if not candidates:
             return []  # CPython read the file, so it has no syntax error either
         too_deep = _too_deep(tree, path)
@@ -342,9 +342,10 @@ def _reaches(rule: type[Rule], path: str, source: str, settings) -> bool:
 
 
 def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings, path: str = "<string>",
-                crashes: list[str] | None = None) -> list[type[Rule]]:
-    """The rules whose precheck on CPython's tree passes (torchlint/analysis/index.py). A precheck
-    that fails is a bug reported like a rule's; its rule is left out of the file."""
+                crashes: list[str] | None = None, first: bool = False) -> list[type[Rule]]:
+    """The rules whose precheck on CPython's tree passes (torchlint/analysis/index.py); with
+    ``first``, only the first of them (whether any passes is all a file past max-file-size asks). A
+    precheck that fails is a bug reported like a rule's; its rule is left out of the file."""
     if all(rule.precheck.__func__ is Rule.precheck.__func__ for rule in rules):
         return rules
     project = project_modules(settings)
@@ -354,6 +355,8 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
         try:
             if rule.precheck(index):
                 passed.append(rule)
+                if first:
+                    break
         except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
             _record_crash(crashes, path, rule, error)
     if index.memoized("project-source"):
