@@ -51,7 +51,8 @@ def test_the_lazy_module_becomes_the_real_one():
     for thread in threads:
         thread.join()
     assert lazy.loaded and results == [libcst.Call] * 8
-    assert lazy.parse_module is libcst.parse_module
+    assert lazy.parse_module is libcst.parse_module and lazy.load() is libcst
+    assert LazyModule("libcst").load() is libcst
     try:
         lazy.no_such_name
     except AttributeError as error:

@@ -29,14 +29,20 @@ class LazyModule(types.ModuleType):
         self.__dict__["_lazy_lock"] = threading.Lock()  # the language server lints off its message loop
 
     def __getattr__(self, attribute: str):  # only for a name the stand-in does not hold yet
+        module = self.load()
+        # a name the module did not hold when it was copied: ask it (its own __getattr__, if any)
+        return self.__dict__[attribute] if attribute in self.__dict__ else getattr(module, attribute)
+
+    def load(self) -> types.ModuleType:
+        """The real module, imported now if it is not yet (a long-lived process pays the import
+        while it starts rather than on its first file)."""
         with self._lazy_lock:
             module = self.__dict__.get("_lazy_module")
             if module is None:
                 module = importlib.import_module(self.__name__)
                 self.__dict__.update(module.__dict__)
                 self.__dict__["_lazy_module"] = module
-        # a name the module did not hold when it was copied: ask it (its own __getattr__, if any)
-        return self.__dict__[attribute] if attribute in self.__dict__ else getattr(module, attribute)
+        return module
 
     @property
     def loaded(self) -> bool:

@@ -42,6 +42,7 @@ from torchlint.config import ConfigError, Settings, resolve_settings
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
 from torchlint.fileio import SourceDecodeError, decode_source, read_regular_file
+from torchlint.lazy import libcst
 from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
@@ -592,4 +593,5 @@ def create_server() -> TorchlintServer:
 
 def serve() -> None:
     logging.basicConfig(level=logging.WARNING, format="torchlint-lsp: %(levelname)s: %(message)s")
+    libcst.load()  # a long-lived process: LibCST is imported while it starts, not when the first file opens
     create_server().start_io()
