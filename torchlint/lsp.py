@@ -47,6 +47,7 @@ from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
 from torchlint.rule import plugin_problems
+from torchlint.runner import tune_gc
 from torchlint.suppression import NOQA
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
@@ -594,4 +595,5 @@ def create_server() -> TorchlintServer:
 def serve() -> None:
     logging.basicConfig(level=logging.WARNING, format="torchlint-lsp: %(levelname)s: %(message)s")
     libcst.load()  # a long-lived process: LibCST is imported while it starts, not when the first file opens
+    tune_gc()  # every lint allocates millions of short-lived nodes: see runner.GC_YOUNG_THRESHOLD
     create_server().start_io()

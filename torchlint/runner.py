@@ -206,8 +206,9 @@ _gc_tuned = False
 
 
 def tune_gc() -> None:
-    """For one process that lints many files and then exits (the command line, a worker): see
-    GC_YOUNG_THRESHOLD. Long-lived processes (the language server, tests) keep the defaults."""
+    """For a process that lints file after file (the command line, a worker, the language server):
+    see GC_YOUNG_THRESHOLD. What is frozen is what the imports built, which lives as long as the
+    process anyway. Tests keep the defaults."""
     import gc
 
     global _gc_tuned
