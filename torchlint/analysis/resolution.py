@@ -167,7 +167,7 @@ class Resolver:
         current = scope
         while current:
             if current not in module.classes:  # a class body does not enclose its methods
-                function = module.function(current)
+                function = module.bindings(current)
                 if function is not None:
                     if name == function.self_name:
                         return (_CLASS if function.kind == "classmethod" else _INSTANCE, path, function.class_name)
@@ -311,7 +311,7 @@ class Resolver:
             for class_path, class_name in classes:
                 module = self.modules.summary(class_path)
                 for method in module.classes[class_name].methods:
-                    function = module.function(f"{class_name}.{method}")
+                    function = module.bindings(f"{class_name}.{method}")
                     for name, callee in (function.self_attributes.items() if function is not None else ()):
                         found.setdefault(name, set()).add((class_path, function.qualname, callee))
             assigned = self._class_facts[key] = ({name: min(places) for name, places in found.items()
