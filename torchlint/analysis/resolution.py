@@ -127,7 +127,7 @@ class Resolver:
         found = self._class_facts.get(key)
         if found is None:
             consulted: set[str] = set()
-            value = self._object(path, scope, name, consulted, set())
+            value = self._object(path, scope, name, consulted, set(), classless=(_INSTANCE, _FUNCTION))
             bases: set[str] = set()
             for class_path, class_name in (self._classes(value[1], value[2], consulted, set())
                                            if value is not None and value[0] == _CLASS else ()):
@@ -144,9 +144,12 @@ class Resolver:
             found = self._class_facts[key] = (frozenset(bases), frozenset(consulted))
         return found
 
-    def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:
+    def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set,
+                classless: tuple[str, ...] = ()) -> tuple | None:
         """What a dotted name means in a scope: a module, class, instance or function (a tuple
-        whose first item says which), or None."""
+        whose first item says which), or None. With ``classless`` (_INSTANCE, _FUNCTION), a
+        question about classes only: None as soon as a prefix is one of those, whose attributes
+        are never a class (``self.step()`` needs no search of the methods of ``self``'s bases)."""
         key = (path, scope, text)
         if key in seen:
             return None
@@ -154,7 +157,8 @@ class Resolver:
         first, *rest = text.split(".")
         found = self._name(path, scope, first, consulted, seen)
         for attribute in rest:
-            if found is None:
+            if found is None or found[0] in classless:
+                found = None
                 break
             found = self._member(found, attribute, consulted, seen)
         seen.discard(key)
