@@ -13,7 +13,9 @@ not part of the call; any other condition counts as taken. Never imports or runs
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torchlint.analysis.module_index import SourceLines, definition_at, dotted, index_class, index_module
 from torchlint.analysis.summaries import (
@@ -57,12 +59,15 @@ def summarize_function(module: ModuleSummary, node: ast.FunctionDef | ast.AsyncF
 class FunctionWalker(ExpressionFacts):
     """Reads one function's statements in order (see the module's docstring for what counts)."""
 
+    statements: ClassVar[dict[type, Callable[..., None]]]  # each kind's handler (the table below)
+
     # -- statements
 
     def block(self, body: list[ast.stmt]) -> None:
+        statements = self.statements
         for statement in body:
             kind = type(statement)
-            handler = _STATEMENTS.get(kind)
+            handler = statements.get(kind)
             if handler is not None:
                 handler(self, statement)
             if kind in _ENDS_BLOCK:
@@ -300,15 +305,6 @@ class BindingsWalker(FunctionWalker):
     expression read only for the ``:=`` in it (as ``value`` reads every part but a lambda's, and only
     where the function's lines hold one), and no fact recorded."""
 
-    def block(self, body: list[ast.stmt]) -> None:
-        for statement in body:
-            kind = type(statement)
-            handler = _BINDING_STATEMENTS.get(kind)
-            if handler is not None:
-                handler(self, statement)
-            if kind in _ENDS_BLOCK:
-                return
-
     def _if(self, node: ast.If) -> None:
         self.value(node.test)  # what FunctionWalker._if binds, without its conditions' bookkeeping
         self.block(node.body)
@@ -353,7 +349,8 @@ _STATEMENTS = {
     ast.ImportFrom: W._import, ast.Global: W._global, ast.Nonlocal: W._global, ast.Assert: W._assert,
 }
 _ENDS_BLOCK = (ast.Return, ast.Raise, ast.Break, ast.Continue)
-_BINDING_STATEMENTS = {**_STATEMENTS, ast.If: BindingsWalker._if}
+W.statements = _STATEMENTS
+BindingsWalker.statements = {**_STATEMENTS, ast.If: BindingsWalker._if}
 del W
 
 
