@@ -83,11 +83,16 @@ class ConvolutionalScriptRule(WholeScriptRule):
         code = index.code
         if not mentions_cuda(code) or any(text in code for text in cls.already_decided) or not cls.may_want(code):
             return False
+        # training before convolutions: both read the project's summaries, but the convolutions
+        # resolve every call and import of the file twice, and TL402 and TL403 reach this line
+        # for different files (their triggers and ``may_want`` differ), where the one answer that
+        # the other rule already memoized (``ast_project_training``) often decides
+        if not trains_here and not ast_project_training(index):
+            return False
         if not any(trigger in index.source for trigger in cls.triggers):
             found = ast_project_convolutions(index)
-            if not (found if cls.dimension is None else cls.dimension in found):
-                return False
-        return trains_here or ast_project_training(index)
+            return bool(found if cls.dimension is None else cls.dimension in found)
+        return True
 
     @classmethod
     def may_want(cls, code: str) -> bool:

@@ -95,6 +95,10 @@ MEASURES_MEMORY = re.compile(r"reset_peak_memory_stats|max_memory_(allocated|res
 def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
     """The precheck twin of ``_batch_loop``: lines of the loops that train, call something named
     like a model, or iterate something named like a loader."""
+    return index.memo("batch-loop-lines", lambda: _ast_batch_loop_lines(index))
+
+
+def _ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
     training = ast_training_loop_lines(index)
     # a loop holds a call exactly when the call starts on one of its lines (no other statement
     # shares a compound statement's first or last line): one mask instead of a walk per loop
@@ -114,7 +118,7 @@ def ast_batch_loop_lines(index: SyntaxIndex) -> bytearray:
             return True
         return models.find(1, loop.lineno, loop.end_lineno + 1) != -1
 
-    return index.memo("batch-loop-lines", lambda: index.lines(loop for loop in index.nodes(*AST_LOOPS) if batch_loop(loop)))
+    return index.lines(loop for loop in index.nodes(*AST_LOOPS) if batch_loop(loop))
 
 
 def _ast_loop_runs_model(index: SyntaxIndex, call: ast.Call) -> bool:
@@ -154,9 +158,9 @@ class EmptyCacheInLoop(Rule):
         if cleared and any(ast_batch_loop_lines(index)[call.lineno] or _ast_loop_runs_model(index, call)
                            for call in cleared):
             return True
-        if not ast_project_mentions(index, "empty_cache"):
-            return False  # no code the file reaches empties the cache
         batches = ast_batch_loop_lines(index)  # a helper's call: no model run through another helper
+        if not any(batches) or not ast_project_mentions(index, "empty_cache"):
+            return False  # no loop over batches, or no code the file reaches empties the cache
         return any(batches[call.lineno] and _clears_cache(ast_call_summary(index, call))
                    for call in index.nodes(ast.Call) if isinstance(call.func, (ast.Name, ast.Attribute)))
 

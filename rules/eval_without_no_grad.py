@@ -76,6 +76,7 @@ import ast
 import re
 
 from torchlint.analysis.calls import ast_call_summary, related, where
+from torchlint.analysis.index import span
 from torchlint.analysis.modules import ast_module_holders
 from torchlint.analysis.loops import (AST_FUNCTIONS, BACKWARD_CALLEES, EVAL_FUNCTION, MODEL_BUILDER,
                                       MODEL_NAME, ast_backwards_by_loop, ast_loop_lines, ast_surely_grad_disabled,
@@ -106,6 +107,32 @@ def _ast_method_of_other(func: ast.AST) -> bool:
     """The twin of ``EvalWithoutNoGrad._method_of_other`` on CPython's tree."""
     return type(func) is ast.Attribute and type(func.value) is ast.Name \
         and func.value.id not in ("self", "cls") and not MODEL_NAME.search(func.value.id)
+
+
+def _ast_in_silent_function(index: SyntaxIndex, call: ast.Call) -> bool:
+    """Is the call surely in a function where ``visit_Call`` stays silent whatever its loop: a
+    Lightning evaluation hook, or a method that ``_framework_method`` excuses (written directly in
+    the body of a class with a base other than ``object``, with no ``.eval()``/``.train(...)``
+    anywhere in it, so no eval mode set before its loop, and no class in it to be the nearer one)?
+    Decided before asking the summaries what the file's calls run."""
+    functions = index.place(call).functions
+    if not functions:
+        return False
+    function = functions[-1]
+    return index.memo(("TL103 silent", id(function)), lambda: _ast_silent_function(index, function))
+
+
+def _ast_silent_function(index: SyntaxIndex, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    if LIGHTNING_EVAL_HOOKS.search(function.name):
+        return True
+    owners = index.memo("TL103 method owners",
+                        lambda: {id(statement): cls for cls in index.nodes(ast.ClassDef) for statement in cls.body})
+    cls = owners.get(id(function))
+    if cls is None or not any(ast_dotted_name(base) != "object" for base in cls.bases):
+        return False
+    first, last = span(function)
+    return not any(first <= node.lineno <= last for node in index.nodes(ast.ClassDef)) and not any(
+        type(mode.func) is ast.Attribute and first <= mode.lineno <= last for mode in index.calls("eval", "train"))
 
 
 def _ast_in_training_loop(index: SyntaxIndex, call: ast.Call) -> bool:
@@ -163,7 +190,7 @@ class EvalWithoutNoGrad(Rule):
         calls = [call for call in index.nodes(ast.Call) if loops[call.lineno]
                  and (evaluating[call.lineno] or module_level and not inside[call.lineno])]
         calls = [call for call in calls if not _ast_in_training_loop(index, call)
-                 and not ast_surely_grad_disabled(index, call)]
+                 and not ast_surely_grad_disabled(index, call) and not _ast_in_silent_function(index, call)]
         if not calls:
             return False
         receivers = eval_receivers(index.source)

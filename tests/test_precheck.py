@@ -123,6 +123,12 @@ def prechecked(source: str) -> set[str]:
     ("def validate(model, loader):\n    for b in loader:\n        model(b)\n", "TL103"),
     ("def validate(model, loader):\n    import torch\n    for b in loader:\n        with torch.no_grad():\n"
      "            model(b)\n", "TL103"),
+    # a method of a derived class: its eval() set before the loop; a class of its own, nearer
+    ("class E(Base):\n    def validate(self, loader):\n        self.model.eval()\n        for b in loader:\n"
+     "            self.model(b)\n", "TL103"),
+    ("class E(object):\n    def validate(self, loader):\n        for b in loader:\n            self.model(b)\n", "TL103"),
+    ("class E(Base):\n    def validate(self, loader):\n        class Local:\n            for b in loader:\n"
+     "                model(b)\n", "TL103"),
     # a Lightning training_step with an explicit read; a loop in a script that names CUDA
     ("class M(L.LightningModule):\n    def training_step(self, batch, i):\n        print(batch.mean().item())\n",
      "TL802"),
@@ -167,6 +173,11 @@ def test_precheck_passes_the_shape(source, code):
      "            model(b)\n", "TL103"),  # grad is off
     ("def train(model, loader):\n    ema.eval()\n    for b in loader:\n        model(b).backward()\n",
      "TL103"),  # the loop trains
+    # a method known by its name only, of a derived class (its callers set the grad mode); a Lightning hook
+    ("class E(Base):\n    def validate(self, loader):\n        for b in loader:\n            self.model(b)\n", "TL103"),
+    ("class E(Base):\n    if True:\n        pass\n    def generate(self, xs):\n        while xs:\n"
+     "            self.generator(xs.pop())\n", "TL103"),
+    ("def validation_step(model, loader):\n    model.eval()\n    for b in loader:\n        model(b)\n", "TL103"),
     ("class M(nn.Module):\n    def f(self):\n        self.log('a', x.item())\n", "TL903"),  # not Lightning
     ("x = torch.zeros(3).to(torch.float16)\n", "TL201"),  # a dtype, not a device
     ("import torch\nKNOWN = [torch.cuda.amp.autocast]\n", "TL701"),  # in a list: compared, not called

@@ -1172,3 +1172,47 @@ def test_a_fixed_text_linted_after_the_saved_one_leaves_no_stale_entry(tmp_path,
     for name in ("m1.py", "m2.py"):  # each load evicts the least recently used trees
         assert modules.summary(str(tmp_path / name)).function(name[:2].replace("m", "f")) is not None
     assert modules.summary(first).function("f0").host_syncs  # read from disk again: the saved text
+
+
+BINDINGS = '''
+import torch
+from torch import nn
+
+class Trainer(nn.Module):
+    def fit(self, loader, logger: Logger):
+        self.meter = Meter()
+        self.model = build()
+        if (n := len(loader)) > 0:
+            step = self.train_step
+        else:
+            step = self.other
+        net = Net(3)
+        keep = lambda: (hidden := 1)
+        for i, batch in enumerate(loader):
+            out = net(batch)
+        with open("f") as handle:
+            from utils import helper
+        def inner():
+            class Local:
+                def run(self):
+                    self.x = Thing()
+            return Local
+        return out
+        after = 1
+'''
+
+
+def test_bindings_alone_are_those_of_the_summary():
+    """``ModuleSummary.bindings`` (what resolution reads) walks no facts but binds as the summary does."""
+    whole = summarize_module(ast.parse(BINDINGS), BINDINGS, "m.py")
+    whole.summarize_all()
+    assert set(whole.functions) == {"Trainer.fit", "Trainer.fit.inner", "Trainer.fit.inner.Local.run"}
+    alone = summarize_module(ast.parse(BINDINGS), BINDINGS, "m.py")
+    # outer first: walking a function registers what it defines inside
+    for qualname in ("Trainer.fit", "Trainer.fit.inner", "Trainer.fit.inner.Local.run"):
+        bindings, summary = alone.bindings(qualname), whole.functions[qualname]
+        assert (bindings.kind, bindings.class_name, bindings.self_name, bindings.scope, bindings.self_attributes) == \
+            (summary.kind, summary.class_name, summary.self_name, summary.scope, summary.self_attributes)
+    assert alone.functions == {}
+    assert {"n", "step", "net", "i", "batch", "handle", "helper", "inner"} <= alone.bindings("Trainer.fit").scope.locals
+    assert "hidden" not in alone.bindings("Trainer.fit").scope.locals and alone.classes == whole.classes

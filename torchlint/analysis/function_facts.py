@@ -13,11 +13,14 @@ not part of the call; any other condition counts as taken. Never imports or runs
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from torchlint.analysis.module_index import SourceLines, definition_at, dotted, index_class, index_module
 from torchlint.analysis.summaries import (
-    PARAMETER, RESULT, TENSOR, Factory, FunctionSummary, Layer, ModuleSummary, Operand, Returned, operand, public,
-    union,
+    PARAMETER, RESULT, TENSOR, Factory, FunctionSummary, Layer, ModuleSummary, Operand, Returned, Scope, operand,
+    public, union,
 )
 from torchlint.analysis.value_facts import (
     BIAS_POSITION, LAYERS, NO_CHANGE, SEQUENTIALS, SET_GRAD_ENABLED, UNKNOWN_VALUE, ExpressionFacts,
@@ -39,24 +42,32 @@ def definition_summarizer(text: SourceLines, first: int, end: int):
     node = definition_at(text, first, end)
     if node is None:
         return None
-    return node, lambda module, node, qualname, class_name: summarize_function(module, node, qualname, class_name,
-                                                                               text)
+    return node, lambda module, node, qualname, class_name, bindings_only=False: summarize_function(
+        module, node, qualname, class_name, text, bindings_only)
 
 
 def summarize_function(module: ModuleSummary, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str,
-                       class_name: str | None, text: SourceLines) -> FunctionSummary:
+                       class_name: str | None, text: SourceLines,
+                       bindings_only: bool = False) -> FunctionSummary | FunctionBindings:
+    """The function's local summary, or with ``bindings_only`` what its names mean (see
+    ModuleSummary.bindings)."""
+    if bindings_only:
+        return BindingsWalker(module, node, qualname, class_name, text).bindings()
     return FunctionWalker(module, node, qualname, class_name, text).summary()
 
 
 class FunctionWalker(ExpressionFacts):
     """Reads one function's statements in order (see the module's docstring for what counts)."""
 
+    statements: ClassVar[dict[type, Callable[..., None]]]  # each kind's handler (the table below)
+
     # -- statements
 
     def block(self, body: list[ast.stmt]) -> None:
+        statements = self.statements
         for statement in body:
             kind = type(statement)
-            handler = _STATEMENTS.get(kind)
+            handler = statements.get(kind)
             if handler is not None:
                 handler(self, statement)
             if kind in _ENDS_BLOCK:
@@ -276,6 +287,52 @@ class FunctionWalker(ExpressionFacts):
         return Factory(name, self._effect(node), name in RANDOM_FACTORIES)
 
 
+@dataclass(frozen=True)
+class FunctionBindings:
+    """What a function's names mean, as its FunctionSummary holds it (those fields alone)."""
+
+    qualname: str
+    kind: str
+    class_name: str | None
+    self_name: str | None
+    scope: Scope
+    self_attributes: dict[str, str]
+
+
+class BindingsWalker(FunctionWalker):
+    """The function walk reduced to what binds a name: the same statements read in the same order
+    (so the same names bound, and the same functions and classes defined inside registered), each
+    expression read only for the ``:=`` in it (as ``value`` reads every part but a lambda's, and only
+    where the function's lines hold one), and no fact recorded."""
+
+    def _if(self, node: ast.If) -> None:
+        self.value(node.test)  # what FunctionWalker._if binds, without its conditions' bookkeeping
+        self.block(node.body)
+        self.block(node.orelse)
+
+    def value(self, node: ast.AST) -> tuple[Operand, ...]:
+        if self.walrus:
+            stack = [node]
+            while stack:
+                part = stack.pop()
+                kind = type(part)
+                if kind is ast.NamedExpr:
+                    self.assign(part.target, (), part.value, part, "assign")
+                elif kind is ast.Lambda:
+                    continue
+                stack.extend(ast.iter_child_nodes(part))
+        return ()
+
+    def _holder(self, expr: ast.AST) -> Operand | None:
+        return None  # nothing kept is recorded
+
+    def bindings(self) -> FunctionBindings:
+        self.walrus = self.text.walrus(self.node.lineno, self.node.end_lineno)
+        self.block(self.node.body)
+        return FunctionBindings(self.qualname, self.kind, self.class_name, self.self_name,
+                                self.names.scope(self.annotated), self.self_attributes)
+
+
 def _has_docstring(node: ast.AST) -> bool:
     body = node.body
     return bool(body) and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant \
@@ -292,6 +349,8 @@ _STATEMENTS = {
     ast.ImportFrom: W._import, ast.Global: W._global, ast.Nonlocal: W._global, ast.Assert: W._assert,
 }
 _ENDS_BLOCK = (ast.Return, ast.Raise, ast.Break, ast.Continue)
+W.statements = _STATEMENTS
+BindingsWalker.statements = {**_STATEMENTS, ast.If: BindingsWalker._if}
 del W
 
 

@@ -5,6 +5,7 @@ bodies, and the helpers that read names and positions for the function walker.""
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 
 from torchlint.analysis.summaries import ClassSummary, Effect, Import, ModuleSummary, Scope
@@ -21,6 +22,16 @@ class SourceLines:
         self.source = source
         self.ascii = source.isascii()
         self._lines: list[str] | None = None
+        self._walrus: list[int] | None = None
+
+    def walrus(self, first: int, last: int) -> bool:
+        """Does a line from ``first`` to ``last`` hold a ``:=`` (which binds a name inside an
+        expression)?"""
+        if self._walrus is None:
+            self._walrus = [number for number, line in enumerate(self.lines, 1) if ":=" in line] \
+                if ":=" in self.source else []
+        found = bisect.bisect_left(self._walrus, first)
+        return found < len(self._walrus) and self._walrus[found] <= last
 
     @property
     def lines(self) -> list[str]:
@@ -213,10 +224,11 @@ def _literal_names(value: ast.AST) -> tuple[str, ...] | None:
 def index_module(tree: ast.Module, source: str, path: str, summarizer) -> ModuleSummary:
     """A file's index: its imports, classes and module-level names, read without entering
     function bodies; ``summarizer(module, def, qualname, class, text)`` summarizes a function
-    when ``ModuleSummary.function`` first asks for it."""
+    when ``ModuleSummary.function`` first asks for it (with a last argument True, reads its
+    bindings alone: ``ModuleSummary.bindings``)."""
     names, star_imports, text = ScopeNames(), [], SourceLines(source)
-    module = ModuleSummary(path, Scope(), (), {}, summarizer=lambda module, node, qualname, class_name:
-                           summarizer(module, node, qualname, class_name, text))
+    module = ModuleSummary(path, Scope(), (), {}, summarizer=lambda module, node, qualname, class_name, *only:
+                           summarizer(module, node, qualname, class_name, text, *only))
     for statement in compound_bodies(tree.body):
         kind = type(statement)
         if kind in FUNCTION_DEFS:

@@ -279,6 +279,8 @@ def _backward(summaries: tuple[FunctionSummary, ...]) -> Effect | None:
 
 
 _AST_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Leaves that write no identifier (a constant's string is no name): a data file is mostly these.
+_NO_IDENTIFIERS = frozenset({ast.Constant, ast.Load, ast.Store, ast.Del})
 
 
 def _ast_identifiers(node: ast.AST) -> list[str]:
@@ -314,7 +316,8 @@ def ast_reached_calls(index: SyntaxIndex) -> frozenset[int]:
                 names[scopes[-1]].update(identifiers)
                 if type(node) is ast.Call:
                     enclosing[id(node)] = scopes[1:]
-            stack.extend((child, scopes, in_class) for child in ast.iter_child_nodes(node))
+            stack.extend((child, scopes, in_class) for child in ast.iter_child_nodes(node)
+                         if type(child) not in _NO_IDENTIFIERS)
         reached = _reached(definitions, names)
         return frozenset(call for call, scopes in enclosing.items() if all(scope in reached for scope in scopes))
 

@@ -127,7 +127,7 @@ class Resolver:
         found = self._class_facts.get(key)
         if found is None:
             consulted: set[str] = set()
-            value = self._object(path, scope, name, consulted, set())
+            value = self._object(path, scope, name, consulted, set(), classless=(_INSTANCE, _FUNCTION))
             bases: set[str] = set()
             for class_path, class_name in (self._classes(value[1], value[2], consulted, set())
                                            if value is not None and value[0] == _CLASS else ()):
@@ -144,9 +144,12 @@ class Resolver:
             found = self._class_facts[key] = (frozenset(bases), frozenset(consulted))
         return found
 
-    def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set) -> tuple | None:
+    def _object(self, path: str, scope: str | None, text: str, consulted: set[str], seen: set,
+                classless: tuple[str, ...] = ()) -> tuple | None:
         """What a dotted name means in a scope: a module, class, instance or function (a tuple
-        whose first item says which), or None."""
+        whose first item says which), or None. With ``classless`` (_INSTANCE, _FUNCTION), a
+        question about classes only: None as soon as a prefix is one of those, whose attributes
+        are never a class (``self.step()`` needs no search of the methods of ``self``'s bases)."""
         key = (path, scope, text)
         if key in seen:
             return None
@@ -154,7 +157,8 @@ class Resolver:
         first, *rest = text.split(".")
         found = self._name(path, scope, first, consulted, seen)
         for attribute in rest:
-            if found is None:
+            if found is None or found[0] in classless:
+                found = None
                 break
             found = self._member(found, attribute, consulted, seen)
         seen.discard(key)
@@ -167,7 +171,7 @@ class Resolver:
         current = scope
         while current:
             if current not in module.classes:  # a class body does not enclose its methods
-                function = module.function(current)
+                function = module.bindings(current)
                 if function is not None:
                     if name == function.self_name:
                         return (_CLASS if function.kind == "classmethod" else _INSTANCE, path, function.class_name)
@@ -311,7 +315,7 @@ class Resolver:
             for class_path, class_name in classes:
                 module = self.modules.summary(class_path)
                 for method in module.classes[class_name].methods:
-                    function = module.function(f"{class_name}.{method}")
+                    function = module.bindings(f"{class_name}.{method}")
                     for name, callee in (function.self_attributes.items() if function is not None else ()):
                         found.setdefault(name, set()).add((class_path, function.qualname, callee))
             assigned = self._class_facts[key] = ({name: min(places) for name, places in found.items()

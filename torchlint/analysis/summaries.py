@@ -25,9 +25,10 @@ left unresolved, as ``CallSite`` references.
 from __future__ import annotations
 
 import ast
-import types
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from torchlint.analysis.dataclass_json import checked, decode, encode
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
 SUMMARY_VERSION = 8
@@ -399,7 +400,7 @@ class ModuleSummary:
 
     def __init__(self, path: str, scope: Scope, star_imports: tuple[Import, ...], classes: dict[str, ClassSummary],
                  functions: dict[str, FunctionSummary] | None = None,
-                 summarizer: typing.Callable[[ModuleSummary, ast.AST, str, str | None], FunctionSummary] | None = None,
+                 summarizer: typing.Callable[..., typing.Any] | None = None,
                  exports: tuple[str, ...] | None = None):
         self.path = path
         self.exports = exports
@@ -408,6 +409,7 @@ class ModuleSummary:
         self.classes = classes
         self.functions: dict[str, FunctionSummary] = functions or {}
         self._pending: dict[str, tuple[ast.AST, str | None]] = {}  # qualname -> (its def, its class)
+        self._bindings: dict[str, typing.Any] = {}  # qualname -> its bindings, while not summarized
         self._summarizer = summarizer
         # functions whose trees were let go (release_trees) -> their first and last lines, their class
         self._released: dict[str, tuple[int, int, str | None]] = {}
@@ -466,6 +468,37 @@ class ModuleSummary:
         found = self.functions.get(qualname)
         if found is not None:
             return found
+        entry = self._entry(qualname, self.function)
+        if entry is None:
+            return None
+        del self._pending[qualname]
+        self._bindings.pop(qualname, None)
+        try:
+            summary = self.functions[qualname] = self._summarizer(self, entry[0], qualname, entry[1])
+        except RecursionError:
+            return None  # nested deeper than the walk can follow: nothing known about it
+        return summary
+
+    def bindings(self, qualname: str) -> typing.Any:
+        """What a function's names mean, which is all that resolving a call written in it asks:
+        its ``kind``, ``class_name``, ``self_name``, ``scope`` and ``self_attributes``, as its
+        local summary holds them; from a walk of its bindings alone (function_facts.FunctionBindings)
+        while nothing asked for the summary, a fraction of its cost. None as for ``function``."""
+        found = self.functions.get(qualname) or self._bindings.get(qualname)
+        if found is not None:
+            return found
+        entry = self._entry(qualname, self.bindings)
+        if entry is None:
+            return None
+        try:
+            found = self._bindings[qualname] = self._summarizer(self, entry[0], qualname, entry[1], True)
+        except RecursionError:
+            return None
+        return found
+
+    def _entry(self, qualname: str, walk: typing.Callable[[str], object]) -> tuple[ast.AST, str | None] | None:
+        """The tree of a function not summarized yet and its class (a released one restored;
+        a nested one registered by ``walk`` of the function around it), or None."""
         if self._reload is not None:
             released = qualname if qualname in self._released else qualname.rsplit(".", 1)[0]
             if released in self._released and not self._restore_one(released):
@@ -474,16 +507,9 @@ class ModuleSummary:
         if entry is None and "." in qualname:
             parent = qualname.rsplit(".", 1)[0]
             if parent in self._pending and parent not in self.classes:
-                self.function(parent)  # summarizing a function registers what it defines inside
+                walk(parent)  # walking a function registers what it defines inside
                 entry = self._pending.get(qualname)
-        if entry is None or self._summarizer is None:
-            return None
-        del self._pending[qualname]
-        try:
-            summary = self.functions[qualname] = self._summarizer(self, entry[0], qualname, entry[1])
-        except RecursionError:
-            return None  # nested deeper than the walk can follow: nothing known about it
-        return summary
+        return None if self._summarizer is None else entry
 
     def register(self, qualname: str, node: ast.AST, class_name: str | None) -> None:
         """A function to summarize when asked (a method, or a function defined in another)."""
@@ -494,7 +520,7 @@ class ModuleSummary:
         """Every function's local summary, nested ones included; the tree is let go."""
         while self._pending:
             self.function(next(iter(self._pending)))
-        self._summarizer = None
+        self._summarizer, self._bindings = None, {}
 
     def __getstate__(self) -> dict:
         """Pickled (for another process), a summary is complete and holds no tree."""
@@ -510,77 +536,6 @@ class ModuleSummary:
     @classmethod
     def from_json(cls, data: dict) -> ModuleSummary:
         exports = data["exports"]
-        return cls(_checked(data["path"], str), decode(Scope, data["scope"]), decode(_IMPORTS, data["star_imports"]),
+        return cls(checked(data["path"], str), decode(Scope, data["scope"]), decode(_IMPORTS, data["star_imports"]),
                    decode(_CLASSES, data["classes"]), decode(_FUNCTIONS, data["functions"]),
-                   exports=None if exports is None else tuple(_checked(name, str) for name in _checked(exports, list)))
-
-
-# --- JSON ----------------------------------------------------------------------------------------
-# A dataclass is a JSON list of its fields in order (SUMMARY_VERSION changes with them); each
-# type's encoder and decoder is built once from its annotations.
-
-_CODECS: dict[object, tuple[typing.Callable[[object], object], typing.Callable[[object], object]]] = {}
-
-
-def encode(value: object, kind: object = None) -> object:
-    """Plain JSON data for a value of one of the summaries' types (``kind``: its declared type,
-    by default its class)."""
-    return _codec(type(value) if kind is None else kind)[0](value)
-
-
-def decode(kind: object, data: object) -> object:
-    """The inverse of ``encode``; data of the wrong shape raises TypeError."""
-    return _codec(kind)[1](data)
-
-
-def _same(value: object) -> object:
-    return value
-
-
-def _codec(kind: object) -> tuple[typing.Callable[[object], object], typing.Callable[[object], object]]:
-    """The encoder and the decoder of a declared type."""
-    found = _CODECS.get(kind)
-    if found is not None:
-        return found
-    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
-    if origin is tuple:
-        encode_item, decode_item = _codec(arguments[0])
-        found = (list if encode_item is _same else lambda value: [encode_item(item) for item in value],
-                 lambda data: tuple(decode_item(item) for item in _checked(data, list)))
-    elif origin is dict:
-        encode_item, decode_item = _codec(arguments[1])
-        found = (_same if encode_item is _same else lambda value: {k: encode_item(v) for k, v in value.items()},
-                 lambda data: {_checked(k, str): decode_item(v) for k, v in _checked(data, dict).items()})
-    elif origin is frozenset:
-        found = (sorted, lambda data: frozenset(_checked(item, str) for item in _checked(data, list)))
-    elif origin in (typing.Union, types.UnionType):
-        encode_item, decode_item = _codec(next(option for option in arguments if option is not type(None)))
-        found = (_same if encode_item is _same else lambda value: None if value is None else encode_item(value),
-                 lambda data: None if data is None else decode_item(data))
-    elif isinstance(kind, type) and is_dataclass(kind):
-        parts: list = []  # filled below: a dataclass may hold itself (Effect.via)
-
-        def decode_fields(data: object) -> object:
-            if type(data) is not list or len(data) != len(parts):
-                raise TypeError(f"expected {len(parts)} fields for {kind.__name__}")
-            return kind(*[decode_part(value) for (_, _, decode_part), value in zip(parts, data)])
-        found = _CODECS[kind] = (
-            lambda value: [encode_part(getattr(value, name)) for name, encode_part, _ in parts], decode_fields)
-        parts += [(f.name, *_codec(hint)) for f, hint in zip(fields(kind), _hints(kind))]
-    elif kind in (str, int, bool):
-        found = (_same, lambda data: _checked(data, kind))
-    else:
-        raise TypeError(f"no JSON form for {kind!r}")
-    _CODECS[kind] = found
-    return found
-
-
-def _hints(kind: type) -> list[object]:
-    hints = typing.get_type_hints(kind)
-    return [hints[f.name] for f in fields(kind)]
-
-
-def _checked(data: object, kind: type) -> object:
-    if type(data) is not kind:
-        raise TypeError(f"expected {kind.__name__}, got {type(data).__name__}")
-    return data
+                   exports=None if exports is None else tuple(checked(name, str) for name in checked(exports, list)))
