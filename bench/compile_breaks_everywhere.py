@@ -32,7 +32,7 @@ def compile_every_module() -> None:
     every file through the filters that look for a compile call)."""
     rule = rule_by_selector("TLC001")
     rule.applies = classmethod(lambda cls, text: "Module" in text)
-    engine._prechecked = lambda rules, *args: rules
+    engine._prechecked = lambda rules, *args, **kwargs: rules
     collect = compiled.CompiledCode._collect_sites
 
     def collect_with_every_forward(self: compiled.CompiledCode) -> None:

@@ -23,7 +23,7 @@ SETTINGS = resolve_settings(ROOT, isolated=True, select=["ALL"])
 def lint(path: Path, prechecks: bool, monkeypatch) -> list:
     with monkeypatch.context() as patch:
         if not prechecks:
-            patch.setattr(engine, "_prechecked", lambda rules, *args: rules)
+            patch.setattr(engine, "_prechecked", lambda rules, *args, **kwargs: rules)
         return engine.lint_source(path.read_text(encoding="utf-8"), str(path), SETTINGS)
 
 

@@ -326,7 +326,7 @@ def lint(root: Path, source: str, prechecks: bool = True, monkeypatch=None) -> l
     path.write_text(source, encoding="utf-8")
     settings = resolve_settings(root, isolated=True, select=["TL402", "TL403"])
     if not prechecks:
-        monkeypatch.setattr(engine, "_prechecked", lambda rules, *args: rules)
+        monkeypatch.setattr(engine, "_prechecked", lambda rules, *args, **kwargs: rules)
     return engine.lint_source(source, str(path), settings)
 
 

@@ -180,7 +180,7 @@ def test_prechecks_hide_no_finding_in_generated_programs(program):
     """The cheap first pass (torchlint/analysis/index.py) only skips work: with or without it, the same
     findings, fixes included."""
     checked = settings_for(Path.cwd())
-    with mock.patch.object(engine, "_prechecked", lambda rules, *args: rules):
+    with mock.patch.object(engine, "_prechecked", lambda rules, *args, **kwargs: rules):
         unfiltered = lint_source(program, "generated.py", checked)
     assert lint_source(program, "generated.py", checked) == unfiltered
 
