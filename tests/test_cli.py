@@ -291,3 +291,20 @@ def test_the_cache_fingerprint_knows_torchlints_own_code(tmp_path, monkeypatch):
     cached_by = settings.fingerprint
     monkeypatch.setattr(config, "code_stamp", lambda: "other code")
     assert dataclasses.replace(settings).fingerprint != cached_by
+
+
+def test_the_fast_exit_loses_no_output_cache_or_exit_code(project):
+    """The command exits without the interpreter's teardown (cli.entry_point): everything it
+    printed through a pipe, every cache entry and the exit code must still be there, from one
+    process and from the process pool (more than 64 files)."""
+    lines = "".join(f"x{i} = torch.zeros(3).cuda()\n" for i in range(40))
+    for n in range(70):
+        (project / f"m{n:02d}.py").write_text(f"import torch\n\n{lines}")
+    cache = project / "cache"
+    for jobs, caching in (("2", ["--no-cache"]), ("1", ["--cache-dir", str(cache)])):
+        done = run_torchlint("check", "--isolated", "--select", "TL201", *caching, f"-j{jobs}", ".", cwd=project)
+        assert done.returncode == 1, done.stderr
+        findings = [line for line in done.stdout.decode().splitlines() if " TL201 " in line]
+        assert len(findings) == 70 * 40  # about 300 KB: far past a pipe's buffer
+        assert done.stdout.decode().rstrip().endswith("fixable with the `--fix` option.")
+    assert len([p for p in cache.rglob("*") if p.is_file()]) >= 70

@@ -9,7 +9,7 @@ import sys
 if not sys.flags.safe_path and sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.getcwd():
     del sys.path[0]
 
-from torchlint.cli import main  # noqa: E402 - after the path is safe
+from torchlint.cli import entry_point  # noqa: E402 - after the path is safe
 
 if __name__ == "__main__":
-    main()
+    entry_point()

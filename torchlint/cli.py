@@ -62,6 +62,29 @@ def _warning(message: str) -> None:
     click.echo(f"torchlint: warning: {message}", err=True)
 
 
+def entry_point() -> None:
+    """The ``torchlint`` command (console script and ``python -m torchlint``): ``main``, then an exit
+    that skips the interpreter's teardown. A run over a large tree leaves millions of objects (trees,
+    summaries, the rules' tables) that Python would free one by one at exit: 1.6 s of a 25 s run over
+    torch's sources. Everything the run writes is written by then (the cache and fixed files are
+    closed as they are written, the process pool is joined); the output streams are flushed here.
+    An exception other than SystemExit propagates as usual."""
+    try:
+        main()
+        code: object = 0
+    except SystemExit as done:
+        code = done.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)  # what sys.exit prints for a message
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: nothing more can be said
+        pass
+    os._exit(code or 0)
+
+
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="torchlint")
 def main() -> None:
