@@ -1111,6 +1111,11 @@ def test_a_read_under_a_test_for_a_tensor_is_a_guarded_sync(tmp_path):
     assert [(sync.how, sync.effect.what) for sync in summary.host_syncs] == [("guarded", "v.item()")]
 
 
+def synced_reads(summary) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each host sync of a summary with what it reads: (its code, sorted (operand kind, device))."""
+    return [(sync.effect.what, sorted((op.kind, op.device) for op in sync.reads)) for sync in summary.host_syncs]
+
+
 def test_a_returned_tuple_is_read_element_by_element_where_the_caller_unpacks_it(tmp_path):
     """``return img, pad`` with ``out, pad = f(img)``: the pad is what the callee put there only."""
     write(tmp_path, {"pad.py": ("import torch\n\n"
@@ -1118,7 +1123,7 @@ def test_a_returned_tuple_is_read_element_by_element_where_the_caller_unpacks_it
                                 "def use(img):\n    out, pad = pads(img)\n    whole = pads(img)\n"
                                 "    return pad.item(), whole[0].item()\n")})
     summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "pad.py"), "use")
-    assert [(sync.effect.what, sorted((op.kind, op.device) for op in sync.reads)) for sync in summary.host_syncs] == [
+    assert synced_reads(summary) == [
         ("pad.item()", [("tensor", "cpu")]),
         ("whole[0].item()", [("parameter", ""), ("tensor", "cpu")])]
 
@@ -1135,7 +1140,7 @@ def test_where_a_factory_makes_its_tensor(tmp_path):
         "    d = like(img).item()\n    e = make(3).cuda().item()\n    f = move(make(3)).item()\n"
         "    g = make(3).to(torch.int32).item()\n    h = torch.tensor(img).item()\n")})
     summary = ProjectModules(tmp_path).summaries.function(str(tmp_path / "make.py"), "use")
-    assert [(sync.effect.what, sorted((op.kind, op.device) for op in sync.reads)) for sync in summary.host_syncs] == [
+    assert synced_reads(summary) == [
         ("make(3).item()", [("tensor", "cpu")]),
         ("make(3, 'cuda').item()", [("tensor", "")]),
         ("like(make(3)).item()", [("tensor", "cpu")]),
