@@ -247,6 +247,25 @@ async def test_changes_are_debounced(neovim: LanguageClient, workspace: Path):
     close(neovim, uri)
 
 
+async def test_edits_that_keep_statements_lint_as_a_fresh_open(neovim: LanguageClient, workspace: Path):
+    """After an edit the server parses only the statements that changed (torchlint/parsing.py); a
+    statement it keeps is still read in the edited file's context: without the import above it,
+    ``nn.DataParallel`` is no longer torch's."""
+    uri, params = await open_document(neovim, workspace / "kept.py", DATA_PARALLEL)
+    assert [(d.code, d.range.start.line) for d in params.diagnostics] == [("TL501", 2)]
+    edits = [("# a comment above\n" + DATA_PARALLEL, [("TL501", 3)]),
+             (DATA_PARALLEL.replace("import torch.nn as nn\n", "nn = object()\n"), []),
+             (DATA_PARALLEL + "\nother = nn.DataParallel(nn.Linear(2, 2))\n", [("TL501", 2), ("TL501", 4)]),
+             (DATA_PARALLEL, [("TL501", 2)])]
+    for text, expected in edits:
+        before = len(neovim.published)
+        version = change(neovim, uri, text)
+        params = await published(neovim, uri, before)
+        assert params.version == version
+        assert [(d.code, d.range.start.line) for d in params.diagnostics] == expected
+    close(neovim, uri)
+
+
 async def test_save_publishes_without_waiting_for_the_pause(patient: LanguageClient, workspace: Path):
     uri, params = await open_document(patient, workspace / "saved.py", LEAK)
     assert codes(params) == ["TL101"]

@@ -10,9 +10,7 @@ import sys
 import traceback
 import warnings
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache
 from itertools import accumulate
 
 from torchlint import guards
@@ -24,6 +22,7 @@ from torchlint.context import RuleContext, project_modules
 from torchlint.diagnostics import Diagnostic, Edit, Severity, apply_edits
 from torchlint.fixes import NodeEdit
 from torchlint.lazy import libcst as cst
+from torchlint.parsing import StatementCache, parse_module
 from torchlint.rule import Report, Rule
 from torchlint.suppression import apply_noqa, skip_file
 
@@ -239,38 +238,12 @@ def _syntax_check(source: str, path: str) -> list[Diagnostic]:
     return []
 
 
-# LibCST validates every node as it is built (CSTNode.__post_init__ calls _validate); for the trees
-# its parser builds that is a sixth of the parse and checks nothing the parser has not (LibCST's
-# own comment there says so). The parse skips it, while the LibCST in use still validates that way.
-@cache
-def _validation() -> Callable | None:
-    """LibCST's ``CSTNode.__post_init__``, when all it does is validate; read once, on the first
-    parse (not at import: see torchlint/lazy.py), before any parse swaps it."""
-    post_init = cst.CSTNode.__post_init__
-    return post_init if post_init.__code__.co_names == ("_validate",) else None
-
-
-def _no_validation(node: cst.CSTNode) -> None:
-    return None
-
-
-def parse_module(source: str) -> cst.Module:
-    """``cst.parse_module``, without re-validating the nodes the parser builds. Nodes that rules
-    and fixes build later are validated as usual."""
-    validation = _validation()
-    if validation is None:
-        return cst.parse_module(source)
-    cst.CSTNode.__post_init__ = _no_validation
-    try:
-        return cst.parse_module(source)
-    finally:
-        cst.CSTNode.__post_init__ = validation
-
-
 def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
-                crashes: list[str] | None = None) -> list[Diagnostic]:
+                crashes: list[str] | None = None, statements: StatementCache | None = None) -> list[Diagnostic]:
     """Diagnostics for one Python source text, sorted, noqa applied. A rule that fails on the file
-    is left out and said so in ``crashes`` (on standard error when it is None)."""
+    is left out and said so in ``crashes`` (on standard error when it is None). ``statements``
+    keeps the document's parsed statements from one lint to the next (the language server): only
+    the statements whose text changed are parsed again, and the diagnostics are the same."""
     if skip_file(source):
         return []
     rules = settings.rules_for(path) if rules is None else rules
@@ -302,9 +275,11 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         return [_not_analysed(path, size, limit, "only its syntax was checked")]
     if tree is not None:
         statement_lines = _statement_lines(tree)
+    cut_by = tree if statements is not None else None  # CPython's tree cuts the text into statements
     del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
     try:
-        module = parse_module(source)
+        module = parse_module(source) if statements is None else statements.parse(source, cut_by)
+        del cut_by
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     try:

@@ -46,6 +46,7 @@ from torchlint.lazy import libcst
 from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
+from torchlint.parsing import StatementCache
 from torchlint.rule import plugin_problems
 from torchlint.runner import tune_gc
 from torchlint.suppression import NOQA
@@ -156,6 +157,7 @@ class TorchlintServer(LanguageServer):
         self.client_settings: dict = {}
         self.linted: dict[str, LintedDocument] = {}
         self.linted_notebooks: dict[str, LintedNotebook] = {}
+        self.statements: dict[str, StatementCache] = {}  # per document: an edit re-parses only what changed
         self.pending: dict[str, asyncio.Task] = {}
         # Linting runs here, one document at a time, never on the message loop.
         self.lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchlint-lint")
@@ -218,7 +220,9 @@ class TorchlintServer(LanguageServer):
         path = document.path if uri.startswith("file:") else str(Path.cwd() / (document.filename or "untitled.py"))
         linted = LintedDocument(uri, document.version, text, path, self.settings_for(path))
         if linted.settings is not None:
-            linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings))
+            statements = self.statements.setdefault(uri, StatementCache())
+            linted.diagnostics = self.guarded_lint(
+                path, lambda: lint_source(linted.text, path, linted.settings, statements=statements))
             text = SourceText(linted.text)
             encoding = _encoding(self.workspace.position_encoding)
             linted.lsp = [lsp_diagnostic(d, text, encoding=encoding) for d in linted.diagnostics]
@@ -303,6 +307,7 @@ class TorchlintServer(LanguageServer):
         self.cancel_pending(uri)
         self.linted.pop(uri, None)
         self.linted_notebooks.pop(uri, None)
+        self.statements.pop(uri, None)
 
     def cancel_pending(self, uri: str) -> None:
         pending = self.pending.pop(uri, None)
@@ -457,12 +462,8 @@ def _text_edit(lsp_range_: dict, new_text: str) -> types.TextEdit:
 
 def _replacement(before: str, after: str, encoding: str) -> types.TextEdit:
     """One edit from the first to the last changed character."""
-    prefix = 0
-    while prefix < min(len(before), len(after)) and before[prefix] == after[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
-        suffix += 1
+    prefix = len(os.path.commonprefix([before, after]))
+    suffix = len(os.path.commonprefix([before[prefix:][::-1], after[prefix:][::-1]]))
     text = SourceText(before)
     start, end = text.position(prefix), text.position(len(before) - suffix)
     return _text_edit(lsp_range(text, *start, *end, encoding), after[prefix:len(after) - suffix])
