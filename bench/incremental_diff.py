@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from torchlint.analysis.syntax import code_text
 from torchlint.analysis.walk import flat, forget_children
 from torchlint.config import resolve_settings
 from torchlint.engine import lint_source
@@ -49,7 +50,8 @@ def random_edit(lines: list[str], rng: random.Random) -> list[str]:
 
 
 def tree_difference(source: str, statements: StatementCache) -> str | None:
-    """What differs between the cache's tree of ``source`` and the whole parse; None if nothing."""
+    """What differs between the cache's tree of ``source`` and the whole parse (or its code text
+    and ``code_text``'s); None if nothing."""
     whole = parse_module(source)
     pieces = statements.parse(source, ast.parse(source))
     try:
@@ -62,6 +64,8 @@ def tree_difference(source: str, statements: StatementCache) -> str | None:
             return "the tree does not render the text"
         if len({id(node) for node in flat(pieces)[0]}) != len(flat(whole)[0]):
             return "a node is in two places"
+        if statements.code(source) != code_text(source):
+            return "code_text differs"
         return None
     finally:
         forget_children()

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from torchlint.analysis.syntax import code_text
 from torchlint.config import resolve_settings
 from torchlint.engine import lint_source
 from torchlint.parsing import StatementCache
@@ -27,7 +28,7 @@ FIXTURES = sorted((ROOT / "fixtures").rglob("*.py"))
 def assert_same_tree(source: str, statements: StatementCache) -> None:
     """The cache's tree of ``source`` is the whole parse's, in every field (the module's header and
     footer too), renders ``source``, and has each node in one place (positions and the walk's
-    caches key on a node)."""
+    caches key on a node); the code text it gives the rules is ``code_text``'s."""
     assert tree_difference(source, statements) is None
 
 
@@ -74,6 +75,18 @@ SHAPES = {
 @pytest.mark.parametrize("source", SHAPES.values(), ids=SHAPES.keys())
 def test_shapes(source):
     assert_same_tree(source, StatementCache())
+
+
+def test_the_code_text_of_a_piece_is_kept_with_it():
+    source = 'def f():\n    """Plans autocast."""\n    return 1  # autocast\n\n\n"""A docstring."""\nx = "two words"\n'
+    statements = StatementCache()
+    statements.parse(source, ast.parse(source))
+    assert statements.code(source) == code_text(source)
+    assert "autocast" not in statements.code(source) and "two words" not in statements.code(source)
+    edited = source.replace("return 1", "return 2")
+    statements.parse(edited, ast.parse(edited))
+    assert statements.code(edited) == code_text(edited)
+    assert statements.code(source) == code_text(source)  # not the text parsed last: tokenized whole
 
 
 def test_a_shape_the_assembly_refuses_is_parsed_whole():

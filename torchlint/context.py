@@ -27,6 +27,7 @@ from torchlint.analysis.versions import at_least
 from torchlint.lazy import libcst as cst
 
 if TYPE_CHECKING:
+    from torchlint.parsing import StatementCache
     from torchlint.rule import Report
 
 
@@ -51,6 +52,7 @@ class RuleContext:
     settings: Any  # torchlint.config.Settings
     ancestors: list[cst.CSTNode] = field(default_factory=list)  # the module ... the current node
     reports: list[Report] = field(default_factory=list)
+    statements: StatementCache | None = None  # the document's parsed statements (the language server)
 
     # the semantic model ---------------------------------------------------------------------------
     @cached_property
@@ -125,7 +127,7 @@ class RuleContext:
     def code(self) -> str:
         """The source without its comments and docstrings (see syntax.code_text): what rules that
         decide from the presence of a word read, so that a comment never decides."""
-        return code_text(self.source)
+        return code_text(self.source) if self.statements is None else self.statements.code(self.source)
 
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
         """``torch.nn.Conv2d`` for ``nn.Conv2d`` after ``import torch.nn as nn``, through the imports;

@@ -283,7 +283,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
     except (cst.ParserSyntaxError, RecursionError) as error:
         return [_parse_failure(path, source, error)]
     try:
-        ctx = RuleContext(path=path, source=source, module=module, settings=settings)
+        ctx = RuleContext(path=path, source=source, module=module, settings=settings, statements=statements)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
         if "calls" in vars(ctx):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import pairwise
 
-from torchlint.analysis.syntax import ast_first_line
+from torchlint.analysis.syntax import ast_first_line, blanked_code, code_text
 from torchlint.lazy import libcst as cst
 
 _NEWLINE = re.compile("\n")
@@ -81,6 +81,8 @@ class StatementCache:
     def __init__(self) -> None:
         self._pieces: dict[str, list[cst.Module]] = {}  # the last parse's, by text, in the order of the places
         self._previous: dict[str, list[cst.Module]] = {}
+        self._codes: dict[str, str] = {}  # each piece's code_text, by its text
+        self._last: tuple[str, list[str]] | None = None  # the text parsed last, and its pieces
         self.parsed = 0  # pieces parsed, for tests and benchmarks
         self.reused = 0
 
@@ -108,8 +110,35 @@ class StatementCache:
         self._pieces = {}
         for text, piece in zip(texts, pieces):
             self._pieces.setdefault(text, []).append(piece)
+        self._codes = {text: code for text, code in self._codes.items() if text in self._pieces or text in self._previous}
+        self._last = (source, texts)
         module = _assemble(pieces)
         return module if module is not None else parse_module(source)
+
+
+    def code(self, source: str) -> str:
+        """``code_text(source)`` (the rules' text without comments and docstrings) for the text
+        parsed last, from the code of each of its pieces, kept by the piece's text: a piece is
+        tokenized alone as it is parsed alone. The whole text is tokenized when a piece does not
+        tokenize alone, or has a line break that Python's ``splitlines`` sees and the tokenizer
+        does not."""
+        if self._last is None or self._last[0] is not source and self._last[0] != source \
+                or any(character in source for character in _OTHER_LINE_BREAKS):
+            return code_text(source)
+        codes = []
+        for text in self._last[1]:
+            code = self._codes.get(text)
+            if code is None:
+                code = blanked_code(text)
+                if code is None:
+                    return code_text(source)
+                self._codes[text] = code
+            codes.append(code)
+        return "".join(codes)
+
+
+# what str.splitlines breaks lines at besides "\n" and "\r" (code_text splits lines that way)
+_OTHER_LINE_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def _parse_piece(text: str) -> cst.Module:

@@ -393,6 +393,12 @@ def code_text(source: str) -> str:
     presence of a word (``autocast``, ``cudnn.benchmark``). A docstring, a help text or a printed
     message that plans mixed precision is not mixed precision. Strings that are values
     (``precision="bf16-mixed"``) stay. Text that does not tokenize comes back as it is."""
+    blanked = blanked_code(source)
+    return source if blanked is None else blanked
+
+
+def blanked_code(source: str) -> str | None:
+    """``code_text``'s text, or None when ``source`` does not tokenize."""
     lines = source.splitlines(keepends=True)
     blanks: list[tuple[tuple[int, int], tuple[int, int]]] = []
     previous = tokenize.NEWLINE
@@ -414,7 +420,7 @@ def code_text(source: str) -> str:
                 blanks.append((token.start, token.end))  # from Python 3.12, an f-string's text is its own token
             previous = kind
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return source
+        return None
     for (start_line, start_col), (end_line, end_col) in blanks:
         for number in range(start_line, end_line + 1):
             line = lines[number - 1]
