@@ -385,6 +385,7 @@ class FixResult:
     source: str
     fixed: list[Diagnostic] = field(default_factory=list)
     remaining: list[Diagnostic] = field(default_factory=list)
+    found: list[Diagnostic] = field(default_factory=list)  # the original text's diagnostics (its lint)
 
     @property
     def changed(self) -> bool:
@@ -461,9 +462,10 @@ def parses(source: str) -> bool:
 def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
                crashes: list[str] | None = None) -> FixResult:
     """Apply fixes round after round until none applies (bounded); the result always parses, and
-    compiles if the original did."""
+    compiles if the original did. A round parses again only the statements the last one changed."""
     result = FixResult(source)
-    diagnostics = lint_source(source, path, settings, rules, crashes)
+    statements = StatementCache()
+    diagnostics = result.found = lint_source(source, path, settings, rules, crashes, statements)
     compiles = None  # does the original compile with this Python? (asked once there is a fix)
     for _ in range(MAX_FIX_ROUNDS):
         taken, edits = select_edits(diagnostics, settings.unsafe_fixes)
@@ -479,6 +481,6 @@ def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] |
                            "does not parse; nothing was written. Please report this as a torchlint bug.")
         result.source = candidate
         result.fixed.extend(taken)
-        diagnostics = lint_source(candidate, path, settings, rules, crashes)
+        diagnostics = lint_source(candidate, path, settings, rules, crashes, statements)
     result.remaining = diagnostics
     return result

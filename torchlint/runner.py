@@ -94,7 +94,7 @@ def check_text(source: str, path: str, settings, options: Options, raw: bytes | 
             return result
         result.fixed = fixed.fixed
         if options.diff:
-            result.diagnostics = lint_source(source, path, settings)
+            result.diagnostics = fixed.found
             if fixed.changed:
                 result.diff = "".join(difflib.unified_diff(
                     source.splitlines(keepends=True), fixed.source.splitlines(keepends=True),
