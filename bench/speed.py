@@ -155,6 +155,7 @@ def main() -> None:
 TRAINING = "torchlint --select ALL --no-cache -j1 on the training corpus (cold, one process)"
 TRAINING_RUFF = "ruff on the training corpus, one thread (RAYON_NUM_THREADS=1)"
 LARGE = "torchlint on one 3,000-line training file (bench/.work/large_train.py), cold"
+LARGE_DIFF = "torchlint --diff on the 3,000-line file (its safe fixes, round after round), cold"
 LSP_OPEN = "language server: open the 3,000-line file to its diagnostics"
 LSP_EDIT = "language server: one-line edit to new diagnostics, after the debounce pause"
 
@@ -176,6 +177,7 @@ def issue_16_rows(args, torchlint: list[str], peers: Path) -> list[dict]:
     if not large.is_file():
         return rows
     rows.append(measure(LARGE, [*torchlint, "--isolated", "--no-cache", "--exit-zero", "-q", str(large)], args.repeat))
+    rows.append(measure(LARGE_DIFF, [*torchlint, "--isolated", "--no-cache", "--diff", "-q", str(large)], args.repeat))
     sys.path.insert(0, str(HERE))
     import lsp_timing  # noqa: PLC0415 - bench/ is not a package
 

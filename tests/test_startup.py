@@ -68,3 +68,32 @@ def test_tl901_versions_are_its_tables_oldest():
     assert rule_by_selector("TL901").lightning_versions == f">={oldest}"
     docs = rule_by_selector("TL901").docs()  # the table is filled in when the docs are rendered
     assert "<!-- table -->" not in docs and "| `gpus` | `accelerator=\"gpu\", devices=N`" in docs
+
+
+WARM_UP_PROBE = """
+import sys
+from torchlint.warm_up import warm_up
+warm_up()
+print(" ".join(name for name in ("libcst", "libcst.native", "torchlint.positions", "yaml") if name in sys.modules))
+"""
+
+
+def test_the_language_servers_warm_up_loads_what_a_first_lint_would():
+    """The server lints torchlint/warm_up.py's script while it starts: LibCST's parser, the
+    positions' code generator and the rules' data tables are loaded by then."""
+    done = subprocess.run([sys.executable, "-c", WARM_UP_PROBE], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, check=True)
+    assert set(done.stdout.split()) == {"libcst", "libcst.native", "torchlint.positions", "yaml"}
+    assert "warming up failed" not in done.stderr
+
+
+def test_a_failing_warm_up_does_not_stop_the_server(monkeypatch, caplog):
+    import torchlint.engine
+    from torchlint.warm_up import warm_up
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(torchlint.engine, "lint_source", broken)
+    warm_up()
+    assert "warming up failed" in caplog.text

@@ -42,7 +42,6 @@ from torchlint.config import ConfigError, Settings, resolve_settings
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
 from torchlint.fileio import SourceDecodeError, decode_source, read_regular_file
-from torchlint.lazy import libcst
 from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
 from torchlint.output import lsp_diagnostic, lsp_range
@@ -50,6 +49,7 @@ from torchlint.parsing import StatementCache
 from torchlint.rule import plugin_problems
 from torchlint.runner import tune_gc
 from torchlint.suppression import NOQA
+from torchlint.warm_up import warm_up
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
 DEBOUNCE_SECONDS = 0.3
@@ -595,6 +595,6 @@ def create_server() -> TorchlintServer:
 
 def serve() -> None:
     logging.basicConfig(level=logging.WARNING, format="torchlint-lsp: %(levelname)s: %(message)s")
-    libcst.load()  # a long-lived process: LibCST is imported while it starts, not when the first file opens
+    warm_up()  # a long-lived process loads what a lint needs while it starts, not when the first file opens
     tune_gc()  # every lint allocates millions of short-lived nodes: see runner.GC_YOUNG_THRESHOLD
     create_server().start_io()
