@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A shell without job control starts a background command (`pytest ... &`) with SIGINT ignored, and
+# every process it starts inherits that: the tests that press Ctrl-C on torchlint would see it
+# ignored. With Python's own handler here, the processes the tests start get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The classic loss-list leak (TL101 on line 7, column 5; the safe fix detaches the loss).
 LEAK = """\
