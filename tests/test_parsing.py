@@ -140,3 +140,22 @@ def test_random_edits_lint_as_a_fresh_lint_does(name):
             continue
         assert_same_tree(text, statements)
     assert statements.reused > 0
+
+
+def test_a_notebooks_cells_lint_through_the_cache_as_a_fresh_lint_does():
+    """The language server keeps one cache per notebook, for its cells' joined text."""
+    from torchlint.notebook import code_cell, lint_cells
+
+    settings = resolve_settings(ROOT / "train.ipynb", isolated=True, select=["ALL"])
+    sources = ["import torch\nimport torch.nn as nn\n%matplotlib inline\n",
+               "model = nn.DataParallel(nn.Linear(2, 2)).cuda()\n",
+               "losses = []\nfor x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n"
+               "    losses.append(loss)\n"]
+    statements = StatementCache()
+    for edit in ("", "# a note\n", "x = torch.zeros(3).cuda()\n"):
+        sources[1] = edit + sources[1]
+        cells = [code_cell(index, source) for index, source in enumerate(sources)]
+        through_cache = lint_cells(cells, "train.ipynb", settings, statements)
+        assert through_cache == lint_cells(cells, "train.ipynb", settings)
+        assert {d.code for d in through_cache} >= {"TL101", "TL501"}
+    assert statements.reused > 0

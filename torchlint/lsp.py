@@ -56,10 +56,8 @@ DEBOUNCE_SECONDS = 0.3
 DEBOUNCE_VARIABLE = "TORCHLINT_LSP_DEBOUNCE"  # seconds; a slow machine, or a test, may want another pause
 PYTHON_SUFFIXES = (".py", ".pyi")
 CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch", "targetGpu")
-NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
-    notebook_selector=[types.NotebookDocumentFilterWithNotebook(
-        notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
-    save=True)
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(save=True, notebook_selector=[
+    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=[types.NotebookCellLanguage("python")])])
 
 log = logging.getLogger("torchlint.lsp")
 _converter = get_converter()
@@ -252,7 +250,9 @@ class TorchlintServer(LanguageServer):
                 code = code_cell(index, document.source) if is_python else None
                 if code is not None:  # None: a `%%bash` cell
                     linted.code_cells.append(code)
-            linted.diagnostics = self.guarded_lint(path, lambda: lint_cells(linted.code_cells, path, settings))
+            statements = self.statements.setdefault(uri, StatementCache())  # for the cells' joined text
+            linted.diagnostics = self.guarded_lint(path, lambda: lint_cells(linted.code_cells, path, settings,
+                                                                            statements))
             texts = [SourceText(cell.text) for cell in linted.cells]
             encoding = _encoding(self.workspace.position_encoding)
             for diag in linted.diagnostics:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from torchlint.diagnostics import Diagnostic, Edit, FileResult, Fix, SourceText
 from torchlint.engine import FixError, FixResult, fix_source, lint_source, syntax_error
+from torchlint.parsing import StatementCache
 
 NOTEBOOK_SUFFIX = ".ipynb"
 # Cell magics whose body is Python: the body is linted, the magic line masked.
@@ -353,11 +354,12 @@ def _to_cells(diagnostics: list[Diagnostic], joined: JoinedCells, cells: list[Co
     return sorted((_to_cell(d, joined, cells, text) for d in diagnostics), key=lambda d: d.sort_key)
 
 
-def lint_cells(cells: list[CodeCell], path: str, settings) -> list[Diagnostic]:
+def lint_cells(cells: list[CodeCell], path: str, settings,
+               statements: StatementCache | None = None) -> list[Diagnostic]:
     """The code cells linted as one module, each finding against its own cell (``cell`` is the
-    CodeCell's index)."""
+    CodeCell's index); ``statements`` as lint_source takes it (the language server's notebook)."""
     joined = JoinedCells.join([cell.masked for cell in cells])
-    return _to_cells(lint_source(joined.text, path, settings), joined, cells)
+    return _to_cells(lint_source(joined.text, path, settings, statements=statements), joined, cells)
 
 
 def fix_cells(cells: list[CodeCell], path: str, settings) -> tuple[FixResult, JoinedCells, dict[int, str]]:
