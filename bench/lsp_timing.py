@@ -1,5 +1,6 @@
 """How long the language server takes on one file, measured from a client's side: open to the
-first diagnostics, and a one-line edit to the diagnostics of the edited text.
+first diagnostics, a one-line edit to the diagnostics of the edited text, and then the fix-all code
+action (`source.fixAll`, what an editor asks for on save) to its answer.
 
     .venv/bin/python bench/lsp_timing.py FILE [--repeat N]
 
@@ -64,8 +65,9 @@ class Client:
         self.process.wait(timeout=30)
 
 
-def one_run(path: Path) -> tuple[float, float, int]:
-    """(seconds from didOpen to diagnostics, from a one-line didChange to its diagnostics, findings)."""
+def one_run(path: Path) -> tuple[float, float, float, int]:
+    """(seconds from didOpen to diagnostics, from a one-line didChange to its diagnostics, from the
+    edited text's first fix-all code action request to its answer, findings)."""
     text = path.read_text(encoding="utf-8")
     uri = path.resolve().as_uri()
     client = Client()
@@ -83,8 +85,15 @@ def one_run(path: Path) -> tuple[float, float, int]:
         "textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "".join(lines)}]}})
     client.diagnostics_for(uri, 2)
     edited = time.perf_counter() - began
+    began = time.perf_counter()
+    client.send({"jsonrpc": "2.0", "id": 3, "method": "textDocument/codeAction", "params": {
+        "textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+        "context": {"diagnostics": [], "only": ["source.fixAll"]}}})
+    while client.receive().get("id") != 3:
+        pass
+    fixed_all = time.perf_counter() - began
     client.stop()
-    return opened, edited, len(found)
+    return opened, edited, fixed_all, len(found)
 
 
 def measure(path: Path, repeat: int) -> dict:
@@ -92,7 +101,8 @@ def measure(path: Path, repeat: int) -> dict:
     opened = statistics.median(r[0] for r in runs)
     edited = statistics.median(r[1] for r in runs)
     return {"open_s": opened, "edit_s": edited, "edit_after_pause_s": edited - DEBOUNCE_SECONDS,
-            "findings": runs[0][2], "open_runs": [r[0] for r in runs], "edit_runs": [r[1] for r in runs]}
+            "fix_all_s": statistics.median(r[2] for r in runs), "findings": runs[0][3],
+            "open_runs": [r[0] for r in runs], "edit_runs": [r[1] for r in runs], "fix_all_runs": [r[2] for r in runs]}
 
 
 def main() -> None:
@@ -103,7 +113,7 @@ def main() -> None:
     result = measure(args.file, args.repeat)
     print(f"open: {result['open_s']:.2f} s; one-line edit: {result['edit_s']:.2f} s "
           f"({result['edit_after_pause_s']:.2f} s after the {DEBOUNCE_SECONDS} s pause); "
-          f"{result['findings']} findings")
+          f"fix all: {result['fix_all_s']:.2f} s; {result['findings']} findings")
 
 
 if __name__ == "__main__":

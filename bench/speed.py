@@ -158,6 +158,7 @@ LARGE = "torchlint on one 3,000-line training file (bench/.work/large_train.py),
 LARGE_DIFF = "torchlint --diff on the 3,000-line file (its safe fixes, round after round), cold"
 LSP_OPEN = "language server: open the 3,000-line file to its diagnostics"
 LSP_EDIT = "language server: one-line edit to new diagnostics, after the debounce pause"
+LSP_FIX_ALL = "language server: then the fix-all code action (source.fixAll) to its answer"
 
 
 def issue_16_rows(args, torchlint: list[str], peers: Path) -> list[dict]:
@@ -186,6 +187,8 @@ def issue_16_rows(args, torchlint: list[str], peers: Path) -> list[dict]:
                  "exit_codes": [0], "command": f"python bench/lsp_timing.py {large}"})
     rows.append({"name": LSP_EDIT, "median_s": lsp["edit_after_pause_s"],
                  "runs": [t - lsp_timing.DEBOUNCE_SECONDS for t in lsp["edit_runs"]], "peak_rss": 0,
+                 "exit_codes": [0], "command": f"python bench/lsp_timing.py {large}"})
+    rows.append({"name": LSP_FIX_ALL, "median_s": lsp["fix_all_s"], "runs": lsp["fix_all_runs"], "peak_rss": 0,
                  "exit_codes": [0], "command": f"python bench/lsp_timing.py {large}"})
     sizes = Path(tempfile.mkdtemp(prefix="torchlint-bench-sizes-"))
     text = large.read_text(encoding="utf-8")

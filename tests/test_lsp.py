@@ -19,7 +19,7 @@ from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, run_torchlint
+from conftest import GUIDE_RULES_CONFIG, LEAK, LEAK_FIXED, ROOT, run_torchlint
 from torchlint.lsp import DEBOUNCE_SECONDS, DEBOUNCE_VARIABLE
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -263,6 +263,26 @@ async def test_edits_that_keep_statements_lint_as_a_fresh_open(neovim: LanguageC
         params = await published(neovim, uri, before)
         assert params.version == version
         assert [(d.code, d.range.start.line) for d in params.diagnostics] == expected
+    close(neovim, uri)
+
+
+async def test_fix_all_after_an_edit_is_what_fix_writes(neovim: LanguageClient, workspace: Path):
+    """fixAll starts from the findings the server published for the version and re-parses only the
+    statements each round changes (torchlint/parsing.py): the text is still ``--fix``'s."""
+    from torchlint.config import resolve_settings
+    from torchlint.engine import fix_source
+
+    path = workspace / "fix_all.py"
+    example = (ROOT / "fixtures" / "examples" / "train.py").read_text()
+    uri, params = await open_document(neovim, path, example)
+    assert len(params.diagnostics) >= 3
+    edited = example.replace("losses = []\n", "losses = []  # kept per epoch\n")
+    before = len(neovim.published)
+    change(neovim, uri, edited)
+    await published(neovim, uri, before)
+    (fix_all,) = await code_actions(neovim, uri, 0, only=["source.fixAll"])
+    settings = resolve_settings(path, target_torch="1.13")
+    assert apply(edited, edits_of(fix_all, uri), "utf-8") == fix_source(edited, str(path), settings).source
     close(neovim, uri)
 
 

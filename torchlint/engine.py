@@ -460,12 +460,16 @@ def parses(source: str) -> bool:
 
 
 def fix_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] | None = None,
-               crashes: list[str] | None = None) -> FixResult:
+               crashes: list[str] | None = None, found: list[Diagnostic] | None = None,
+               statements: StatementCache | None = None) -> FixResult:
     """Apply fixes round after round until none applies (bounded); the result always parses, and
-    compiles if the original did. A round parses again only the statements the last one changed."""
+    compiles if the original did. A round parses again only the statements the last one changed
+    (``statements``: a document's cache, else a new one). ``found``: the diagnostics of ``source``
+    with the same settings and rules, when the caller has them (the language server): its lint."""
     result = FixResult(source)
-    statements = StatementCache()
-    diagnostics = result.found = lint_source(source, path, settings, rules, crashes, statements)
+    statements = StatementCache() if statements is None else statements
+    diagnostics = result.found = found if found is not None else lint_source(source, path, settings, rules, crashes,
+                                                                               statements)
     compiles = None  # does the original compile with this Python? (asked once there is a fix)
     for _ in range(MAX_FIX_ROUNDS):
         taken, edits = select_edits(diagnostics, settings.unsafe_fixes)

@@ -79,10 +79,10 @@ class LintedDocument:
     # A cell's notebook: fix-all and edits in other cells go through it.
     notebook: LintedNotebook | None = field(default=None, repr=False, compare=False)
 
-    def fix(self) -> list[tuple[LintedDocument, str]]:
-        """What ``--fix`` changes in this file (a cell's fixes are its notebook's)."""
-        fixed = fix_source(self.text, self.path, self.settings).source
-        return [(self, fixed)] if fixed != self.text else []
+    def fix(self, statements: dict[str, StatementCache]) -> list[tuple[LintedDocument, str]]:
+        """What ``--fix`` changes in this file, from this version's findings and statements (a cell's: its notebook's)."""
+        fixed = fix_source(self.text, self.path, self.settings, found=self.diagnostics, statements=statements.get(self.uri))
+        return [(self, fixed.source)] if fixed.source != self.text else []
 
     def document_of(self, cell: int | None) -> LintedDocument:
         """Where an edit of one of this document's fixes lands: here, or in a cell (by index) of its notebook."""
@@ -102,8 +102,8 @@ class LintedNotebook:
     diagnostics: list[Diagnostic] = field(default_factory=list)  # all the cells' findings
     fixed: list[tuple[LintedDocument, str]] | None = None
 
-    def fix(self) -> list[tuple[LintedDocument, str]]:
-        """What ``--fix`` changes in the notebook's cells."""
+    def fix(self, statements: dict[str, StatementCache]) -> list[tuple[LintedDocument, str]]:
+        """What ``--fix`` changes in the notebook's cells (``statements`` is for files)."""
         _, _, changed = fix_cells(self.code_cells, self.path, self.settings)
         return [(self.cells[index], text) for index, text in changed.items()]
 
@@ -219,8 +219,8 @@ class TorchlintServer(LanguageServer):
         linted = LintedDocument(uri, document.version, text, path, self.settings_for(path))
         if linted.settings is not None:
             statements = self.statements.setdefault(uri, StatementCache())
-            linted.diagnostics = self.guarded_lint(
-                path, lambda: lint_source(linted.text, path, linted.settings, statements=statements))
+            linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings,
+                                                                             statements=statements))
             text = SourceText(linted.text)
             encoding = _encoding(self.workspace.position_encoding)
             linted.lsp = [lsp_diagnostic(d, text, encoding=encoding) for d in linted.diagnostics]
@@ -378,7 +378,7 @@ class TorchlintServer(LanguageServer):
             return []
         if owner.fixed is None:  # editors ask for code actions at every cursor move: once per version
             try:
-                owner.fixed = owner.fix()
+                owner.fixed = owner.fix(self.statements)
             except FixError as error:
                 self.report_once(str(error))
                 owner.fixed = []
