@@ -189,3 +189,14 @@ def test_linting_runs_off_the_message_loop(monkeypatch):
 ])
 def test_the_pause_after_a_change_comes_from_the_environment(value, seconds):
     assert _debounce_seconds(value) == seconds
+
+
+def test_fix_all_is_computed_only_for_requests_that_may_want_it():
+    """A round of --fix is the costly part of a code action request: a request that asks only for
+    quick fixes (an editor's lightbulb at the cursor, with ``only``) does not pay for it."""
+    from torchlint.lsp import FIX_ALL_KIND, _wanted
+
+    assert _wanted(FIX_ALL_KIND, None) and _wanted(FIX_ALL_KIND, [])
+    assert _wanted(FIX_ALL_KIND, ["source"]) and _wanted(FIX_ALL_KIND, ["source.fixAll"])
+    assert not _wanted(FIX_ALL_KIND, ["quickfix"]) and not _wanted(FIX_ALL_KIND, ["source.organizeImports"])
+    assert not _wanted(FIX_ALL_KIND, ["source.fix"])  # a prefix of the name is not a parent kind

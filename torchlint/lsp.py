@@ -22,17 +22,14 @@ notebook.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import os
-import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from lsprotocol import types
-from lsprotocol.converters import get_converter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
@@ -42,13 +39,14 @@ from torchlint.config import ConfigError, Settings, resolve_settings
 from torchlint.diagnostics import Diagnostic, SourceText
 from torchlint.engine import SYNTAX_ERROR, FixError, fix_source, lint_source
 from torchlint.fileio import SourceDecodeError, decode_source, read_regular_file
+from torchlint.lsp_edits import (changed_text, client_encoding, converter, from_client, noqa_edit, replacement,
+                                 text_edit, workspace_edit)
 from torchlint.lsp_io import MAX_MESSAGE_BYTES, serve_stdio
 from torchlint.notebook import CodeCell, code_cell, fix_cells, lint_cells
-from torchlint.output import lsp_diagnostic, lsp_range
+from torchlint.output import lsp_diagnostic
 from torchlint.parsing import StatementCache
 from torchlint.rule import plugin_problems
 from torchlint.runner import tune_gc
-from torchlint.suppression import NOQA
 from torchlint.warm_up import warm_up
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
@@ -60,7 +58,6 @@ NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(save=True, notebook_selector=[
     types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=[types.NotebookCellLanguage("python")])])
 
 log = logging.getLogger("torchlint.lsp")
-_converter = get_converter()
 
 
 @dataclass
@@ -116,11 +113,11 @@ class TorchlintProtocol(LanguageServerProtocol):
         """VS Code sends a cell's edits as ranges whatever sync the server asks for, and pygls, with
         full sync, would take a range's text for the whole cell: apply the ranges here, with lines
         split as LSP (and the diagnostics) split them, and hand pygls the cell's new text."""
-        encoding = _encoding(self.workspace.position_encoding)
+        encoding = client_encoding(self.workspace.position_encoding)
         for content in (params.change.cells and params.change.cells.text_content) or []:
             text = self.workspace.get_text_document(content.document.uri).source
             for change in content.changes:
-                text = _changed_text(text, change, encoding)
+                text = changed_text(text, change, encoding)
             content.changes = [types.TextDocumentContentChangeWholeDocument(text=text)]
         return (yield from super().lsp_notebook_document__did_change(params))
 
@@ -222,7 +219,7 @@ class TorchlintServer(LanguageServer):
             linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings,
                                                                              statements=statements))
             text = SourceText(linted.text)
-            encoding = _encoding(self.workspace.position_encoding)
+            encoding = client_encoding(self.workspace.position_encoding)
             linted.lsp = [lsp_diagnostic(d, text, encoding=encoding) for d in linted.diagnostics]
         self.linted[uri] = linted
         return linted
@@ -254,7 +251,7 @@ class TorchlintServer(LanguageServer):
             linted.diagnostics = self.guarded_lint(path, lambda: lint_cells(linted.code_cells, path, settings,
                                                                             statements))
             texts = [SourceText(cell.text) for cell in linted.cells]
-            encoding = _encoding(self.workspace.position_encoding)
+            encoding = client_encoding(self.workspace.position_encoding)
             for diag in linted.diagnostics:
                 cell = linted.cells[diag.cell]
                 cell.diagnostics.append(diag)
@@ -296,7 +293,7 @@ class TorchlintServer(LanguageServer):
             if linted is not None and self.current(linted):
                 self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
                     uri=linted.uri, version=linted.version,
-                    diagnostics=[_converter.structure(d, types.Diagnostic) for d in linted.lsp]))
+                    diagnostics=[converter.structure(d, types.Diagnostic) for d in linted.lsp]))
 
     def clear(self, uris) -> None:
         for uri in uris:
@@ -337,9 +334,9 @@ class TorchlintServer(LanguageServer):
         if linted is None or linted.settings is None:
             return []
         text = SourceText(linted.text)
-        encoding = _encoding(self.workspace.position_encoding)
-        start = _from_client(text, params.range.start, encoding)
-        end = _from_client(text, params.range.end, encoding)
+        encoding = client_encoding(self.workspace.position_encoding)
+        start = from_client(text, params.range.start, encoding)
+        end = from_client(text, params.range.end, encoding)
         capabilities = self.client_capabilities.workspace
         versioned = bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
         actions: list[types.CodeAction] = []
@@ -347,28 +344,27 @@ class TorchlintServer(LanguageServer):
             # Every finding on the requested lines: editors ask at the cursor, wherever it is.
             if diag.line > end[0] or diag.end_line < start[0] or diag.code == SYNTAX_ERROR[0]:
                 continue
-            lsp_diag = _converter.structure(shown, types.Diagnostic)
+            lsp_diag = converter.structure(shown, types.Diagnostic)
             if diag.fix is not None:
                 fix = shown["data"]["fix"]
                 unsafe = diag.fix.applicability != "safe"
                 actions.append(types.CodeAction(
                     title=f"{fix['title']}{' (unsafe)' if unsafe else ''}", kind=types.CodeActionKind.QuickFix,
                     diagnostics=[lsp_diag], is_preferred=not unsafe,
-                    edit=_workspace_edit([(linted.document_of(e.get("cell")), _text_edit(e["range"], e["newText"]))
+                    edit=workspace_edit([(linted.document_of(e.get("cell")), text_edit(e["range"], e["newText"]))
                                           for e in fix["edits"]], versioned)))
-            noqa = _noqa_edit(linted.text, diag, encoding)
+            noqa = noqa_edit(linted.text, diag, encoding)
             if noqa is not None:
                 actions.append(types.CodeAction(
                     title=f"Disable {diag.code} for this line", kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[lsp_diag], edit=_workspace_edit([(linted, noqa)], versioned)))
-        fix_all = self.fix_all(linted, encoding)
+                    diagnostics=[lsp_diag], edit=workspace_edit([(linted, noqa)], versioned)))
+        only = params.context.only
+        # fix-all costs a round of --fix: left out where the request's kinds leave it out anyway
+        fix_all = self.fix_all(linted, encoding) if _wanted(FIX_ALL_KIND, only) else []
         if fix_all:
             actions.append(types.CodeAction(title="torchlint: fix all auto-fixable problems", kind=FIX_ALL_KIND,
-                                            edit=_workspace_edit(fix_all, versioned)))
-        only = params.context.only
-        if only:
-            actions = [a for a in actions if any(a.kind == kind or a.kind.startswith(f"{kind}.") for kind in only)]
-        return actions
+                                            edit=workspace_edit(fix_all, versioned)))
+        return [action for action in actions if _wanted(action.kind, only)]
 
     def fix_all(self, linted: LintedDocument, encoding: str) -> list[tuple[LintedDocument, types.TextEdit]]:
         """What ``--fix`` would change, as one edit per document it changes: the file, or for a
@@ -382,7 +378,7 @@ class TorchlintServer(LanguageServer):
             except FixError as error:
                 self.report_once(str(error))
                 owner.fixed = []
-        return [(document, _replacement(document.text, fixed, encoding)) for document, fixed in owner.fixed]
+        return [(document, replacement(document.text, fixed, encoding)) for document, fixed in owner.fixed]
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -395,6 +391,11 @@ def _unwrap(raw) -> dict:
         elif isinstance(raw, dict) and isinstance(raw.get("torchlint"), dict):
             raw = raw["torchlint"]
     return dict(raw) if isinstance(raw, dict) else {}
+
+
+def _wanted(kind: str, only: list[str] | None) -> bool:
+    """Does a code action request that asks only for the kinds ``only`` (None: any) want ``kind``?"""
+    return not only or any(kind == asked or kind.startswith(f"{asked}.") for asked in only)
 
 
 def _selectors(value, key: str) -> list[str] | None:
@@ -438,94 +439,6 @@ def _closed_file_text(uri: str, document) -> str | None:
 
 def _is_python(document) -> bool:
     return document.language_id == "python" or str(document.uri).endswith(PYTHON_SUFFIXES)
-
-
-def _encoding(kind) -> str:
-    value = getattr(kind, "value", kind) or "utf-16"
-    return value if value in ("utf-8", "utf-16", "utf-32") else "utf-16"
-
-
-def _from_client(text: SourceText, position: types.Position, encoding: str) -> tuple[int, int]:
-    """A client position (its units) as a 0-based line and code-point column."""
-    line = min(position.line, len(text.line_starts) - 1)
-    units = 0
-    for col, ch in enumerate(text.line_text(line)):
-        if units >= position.character:
-            return line, col
-        units += len(ch.encode("utf-8")) if encoding == "utf-8" else (2 if encoding == "utf-16" and ord(ch) > 0xFFFF else 1)
-    return line, len(text.line_text(line))
-
-
-def _text_edit(lsp_range_: dict, new_text: str) -> types.TextEdit:
-    return types.TextEdit(range=_converter.structure(lsp_range_, types.Range), new_text=new_text)
-
-
-def _replacement(before: str, after: str, encoding: str) -> types.TextEdit:
-    """One edit from the first to the last changed character."""
-    prefix = len(os.path.commonprefix([before, after]))
-    suffix = len(os.path.commonprefix([before[prefix:][::-1], after[prefix:][::-1]]))
-    text = SourceText(before)
-    start, end = text.position(prefix), text.position(len(before) - suffix)
-    return _text_edit(lsp_range(text, *start, *end, encoding), after[prefix:len(after) - suffix])
-
-
-def _changed_text(text: str, change: types.TextDocumentContentChangeEvent, encoding: str) -> str:
-    """``text`` after one content change: a range's new text, or the whole text."""
-    if not isinstance(change, types.TextDocumentContentChangePartial):
-        return change.text
-    source = SourceText(text)
-    start = source.offset(*_from_client(source, change.range.start, encoding))
-    end = source.offset(*_from_client(source, change.range.end, encoding))
-    return text[:start] + change.text + text[end:]
-
-
-def _workspace_edit(edits: list[tuple[LintedDocument, types.TextEdit]], versioned: bool) -> types.WorkspaceEdit:
-    """The edits, grouped by the document (a file, or a notebook's cells) each one is for.
-    Versioned (`documentChanges`: the client rejects it if a buffer changed meanwhile) when the
-    client says it supports that, plain `changes` otherwise."""
-    by_document: dict[str, tuple[LintedDocument, list[types.TextEdit]]] = {}
-    for document, edit in edits:
-        by_document.setdefault(document.uri, (document, []))[1].append(edit)
-    if versioned:
-        return types.WorkspaceEdit(document_changes=[
-            types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(
-                uri=document.uri, version=document.version), edits=document_edits)
-            for document, document_edits in by_document.values()])
-    return types.WorkspaceEdit(changes={uri: document_edits for uri, (_, document_edits) in by_document.items()})
-
-
-def _noqa_edit(source: str, diag: Diagnostic, encoding: str) -> types.TextEdit | None:
-    """Add ``# noqa: CODE`` where it suppresses ``diag``: the line it starts on, or the end of its
-    logical line when that line cannot take a comment (a backslash, a multi-line string). An
-    existing ``# noqa: ...`` there gets the code appended; another comment is kept before it."""
-    line = diag.line
-    comments: dict[int, tuple[int, str]] = {}
-    try:
-        commentable: set[int] = set()
-        logical_ends: list[int] = []
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type == tokenize.COMMENT:
-                comments[tok.start[0] - 1] = (tok.start[1], tok.string)
-            if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
-                commentable.add(tok.start[0] - 1)
-            if tok.type == tokenize.NEWLINE:
-                logical_ends.append(tok.start[0] - 1)
-        if line not in commentable:
-            line = next((end for end in logical_ends if end >= line), line)
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    text = SourceText(source)
-    content = text.line_text(line)
-    if line in comments:
-        col, comment = comments[line]
-        match = NOQA.search(comment)
-        if match is not None and not match.group("codes"):
-            return None  # a blanket noqa already silences the line
-        if match is not None:
-            at = col + match.end("codes")
-            return _text_edit(lsp_range(text, line, at, line, at, encoding), f", {diag.code}")
-    end = len(content.rstrip())
-    return _text_edit(lsp_range(text, line, end, line, len(content), encoding), f"  # noqa: {diag.code}")
 
 
 # --- the server ------------------------------------------------------------------------------
