@@ -335,6 +335,10 @@ async def test_quick_fix_disable_and_fix_all(neovim: LanguageClient, workspace: 
     assert apply(text, edits_of(disable, uri), "utf-8") == text.replace(
         "losses.append(loss)\n", "losses.append(loss)  # noqa: TL101\n")
     assert fix_all.kind == "source.fixAll.torchlint"
+    # Asked for without kinds (a lightbulb), fix-all comes without its edit: a round of --fix, run
+    # when the action is chosen (codeAction/resolve), which Neovim 0.11 and VS Code support.
+    assert fix_all.edit is None and fix_all.data is not None
+    fix_all = await neovim.code_action_resolve_async(fix_all)
     # Fix all applies the safe fixes only, like --fix: DataParallel stays.
     assert apply(text, edits_of(fix_all, uri), "utf-8") == text.replace("append(loss)", "append(loss.detach())")
 
@@ -449,6 +453,7 @@ async def test_notebook_code_actions_edit_the_cells_they_are_for(vscode: Languag
     texts, versions = notebook.texts, notebook.versions
 
     quick_fix, disable, fix_all = await code_actions(vscode, magics, 2)
+    fix_all = await vscode.code_action_resolve_async(fix_all)
     assert cell_edits(quick_fix).keys() == {magics} and cell_edits(quick_fix)[magics][0] == versions[magics]
     assert apply(texts[magics], cell_edits(quick_fix)[magics][1], "utf-16") == texts[magics].replace(
         "torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')

@@ -200,3 +200,20 @@ def test_fix_all_is_computed_only_for_requests_that_may_want_it():
     assert _wanted(FIX_ALL_KIND, ["source"]) and _wanted(FIX_ALL_KIND, ["source.fixAll"])
     assert not _wanted(FIX_ALL_KIND, ["quickfix"]) and not _wanted(FIX_ALL_KIND, ["source.organizeImports"])
     assert not _wanted(FIX_ALL_KIND, ["source.fix"])  # a prefix of the name is not a parent kind
+
+
+def test_a_client_that_cannot_resolve_code_actions_gets_fix_all_with_its_edit(server, tmp_path):
+    """A client that does not announce codeAction/resolve for edits (this one announces nothing)
+    gets fix-all's edit with the action, as before resolve existed."""
+    server.initialize()
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.zeros(3).cuda()\n", encoding="utf-8")
+    server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": script.as_uri(), "languageId": "python", "version": 1, "text": script.read_text()}}})
+    server.request(7, "textDocument/codeAction", {
+        "textDocument": {"uri": script.as_uri()}, "range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}},
+        "context": {"diagnostics": []}})
+    (fix_all,) = [action for action in server.answer(7)["result"] if action["kind"] == "source.fixAll.torchlint"]
+    (edit,) = fix_all["edit"]["changes"][script.as_uri()]
+    assert edit["newText"] == ", device=\"cuda\""
+    still_answers(server)

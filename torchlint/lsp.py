@@ -50,6 +50,7 @@ from torchlint.runner import tune_gc
 from torchlint.warm_up import warm_up
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
+FIX_ALL_TITLE = "torchlint: fix all auto-fixable problems"
 DEBOUNCE_SECONDS = 0.3
 DEBOUNCE_VARIABLE = "TORCHLINT_LSP_DEBOUNCE"  # seconds; a slow machine, or a test, may want another pause
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -337,8 +338,7 @@ class TorchlintServer(LanguageServer):
         encoding = client_encoding(self.workspace.position_encoding)
         start = from_client(text, params.range.start, encoding)
         end = from_client(text, params.range.end, encoding)
-        capabilities = self.client_capabilities.workspace
-        versioned = bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
+        versioned = self.versioned_edits()
         actions: list[types.CodeAction] = []
         for diag, shown in zip(linted.diagnostics, linted.lsp):
             # Every finding on the requested lines: editors ask at the cursor, wherever it is.
@@ -358,19 +358,44 @@ class TorchlintServer(LanguageServer):
                 actions.append(types.CodeAction(
                     title=f"Disable {diag.code} for this line", kind=types.CodeActionKind.QuickFix,
                     diagnostics=[lsp_diag], edit=workspace_edit([(linted, noqa)], versioned)))
+        # Fix-all costs a round of --fix. It is left out where the request's kinds leave it out, and
+        # where no kinds are asked for (a lightbulb, at every cursor move) it comes without its edit,
+        # which the client asks for when it is chosen (codeAction/resolve), if the client can.
         only = params.context.only
-        # fix-all costs a round of --fix: left out where the request's kinds leave it out anyway
-        fix_all = self.fix_all(linted, encoding) if _wanted(FIX_ALL_KIND, only) else []
-        if fix_all:
-            actions.append(types.CodeAction(title="torchlint: fix all auto-fixable problems", kind=FIX_ALL_KIND,
-                                            edit=workspace_edit(fix_all, versioned)))
+        owner = linted.notebook or linted
+        if _wanted(FIX_ALL_KIND, only) and _fixable(owner):
+            if not only and owner.fixed is None and self.resolves_edits():
+                actions.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, data={"uri": uri}))
+            elif fix_all := self.fix_all(linted, encoding):
+                actions.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND,
+                                                edit=workspace_edit(fix_all, versioned)))
         return [action for action in actions if _wanted(action.kind, only)]
+
+    def resolve_code_action(self, action: types.CodeAction) -> types.CodeAction:
+        """The edit of a fix-all offered without it: for the document's text now."""
+        uri = action.data.get("uri") if isinstance(action.data, dict) else None
+        linted = self.lint(uri) if action.kind == FIX_ALL_KIND and isinstance(uri, str) else None
+        if linted is not None and linted.settings is not None:
+            encoding = client_encoding(self.workspace.position_encoding)
+            action.edit = workspace_edit(self.fix_all(linted, encoding), self.versioned_edits())
+        return action
+
+    def versioned_edits(self) -> bool:
+        """Does the client take versioned edits (``documentChanges``)?"""
+        capabilities = self.client_capabilities.workspace
+        return bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
+
+    def resolves_edits(self) -> bool:
+        """Does the client ask for a code action's edit when the action is chosen?"""
+        code_action = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
+        support = code_action and code_action.resolve_support
+        return bool(support and "edit" in support.properties)
 
     def fix_all(self, linted: LintedDocument, encoding: str) -> list[tuple[LintedDocument, types.TextEdit]]:
         """What ``--fix`` would change, as one edit per document it changes: the file, or for a
         notebook cell, any cell of the notebook (the fixes are those of the whole notebook)."""
         owner = linted.notebook or linted
-        if not any(d.fix is not None and d.fix.applies(owner.settings.unsafe_fixes) for d in owner.diagnostics):
+        if not _fixable(owner):
             return []
         if owner.fixed is None:  # editors ask for code actions at every cursor move: once per version
             try:
@@ -391,6 +416,11 @@ def _unwrap(raw) -> dict:
         elif isinstance(raw, dict) and isinstance(raw.get("torchlint"), dict):
             raw = raw["torchlint"]
     return dict(raw) if isinstance(raw, dict) else {}
+
+
+def _fixable(owner: LintedDocument | LintedNotebook) -> bool:
+    """Has the document (or notebook) a finding whose fix ``--fix`` applies with its settings?"""
+    return any(d.fix is not None and d.fix.applies(owner.settings.unsafe_fixes) for d in owner.diagnostics)
 
 
 def _wanted(kind: str, only: list[str] | None) -> bool:
@@ -499,9 +529,13 @@ def create_server() -> TorchlintServer:
         ls.clear([cell.uri for cell in params.cell_text_documents])
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-        code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]))
+        code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=True))
     async def code_action(ls: TorchlintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         return await ls.off_the_loop(ls.code_actions, params)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: TorchlintServer, action: types.CodeAction) -> types.CodeAction:
+        return await ls.off_the_loop(ls.resolve_code_action, action)
 
     return server
 
