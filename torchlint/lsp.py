@@ -55,8 +55,10 @@ DEBOUNCE_SECONDS = 0.3
 DEBOUNCE_VARIABLE = "TORCHLINT_LSP_DEBOUNCE"  # seconds; a slow machine, or a test, may want another pause
 PYTHON_SUFFIXES = (".py", ".pyi")
 CLIENT_KEYS = ("select", "ignore", "unsafeFixes", "targetTorch", "targetGpu")
-NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(save=True, notebook_selector=[
-    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=[types.NotebookCellLanguage("python")])])
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
+    notebook_selector=[types.NotebookDocumentFilterWithNotebook(
+        notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
+    save=True)
 
 log = logging.getLogger("torchlint.lsp")
 
@@ -78,8 +80,10 @@ class LintedDocument:
     notebook: LintedNotebook | None = field(default=None, repr=False, compare=False)
 
     def fix(self, statements: dict[str, StatementCache]) -> list[tuple[LintedDocument, str]]:
-        """What ``--fix`` changes in this file, from this version's findings and statements (a cell's: its notebook's)."""
-        fixed = fix_source(self.text, self.path, self.settings, found=self.diagnostics, statements=statements.get(self.uri))
+        """What ``--fix`` changes in this file (a cell's fixes are its notebook's). The first round
+        starts from this version's findings, and the rounds parse through the document's statements."""
+        fixed = fix_source(self.text, self.path, self.settings, found=self.diagnostics,
+                           statements=statements.get(self.uri))
         return [(self, fixed.source)] if fixed.source != self.text else []
 
     def document_of(self, cell: int | None) -> LintedDocument:
@@ -217,8 +221,8 @@ class TorchlintServer(LanguageServer):
         linted = LintedDocument(uri, document.version, text, path, self.settings_for(path))
         if linted.settings is not None:
             statements = self.statements.setdefault(uri, StatementCache())
-            linted.diagnostics = self.guarded_lint(path, lambda: lint_source(linted.text, path, linted.settings,
-                                                                             statements=statements))
+            linted.diagnostics = self.guarded_lint(
+                path, lambda: lint_source(linted.text, path, linted.settings, statements=statements))
             text = SourceText(linted.text)
             encoding = client_encoding(self.workspace.position_encoding)
             linted.lsp = [lsp_diagnostic(d, text, encoding=encoding) for d in linted.diagnostics]
@@ -249,8 +253,8 @@ class TorchlintServer(LanguageServer):
                 if code is not None:  # None: a `%%bash` cell
                     linted.code_cells.append(code)
             statements = self.statements.setdefault(uri, StatementCache())  # for the cells' joined text
-            linted.diagnostics = self.guarded_lint(path, lambda: lint_cells(linted.code_cells, path, settings,
-                                                                            statements))
+            linted.diagnostics = self.guarded_lint(
+                path, lambda: lint_cells(linted.code_cells, path, settings, statements))
             texts = [SourceText(cell.text) for cell in linted.cells]
             encoding = client_encoding(self.workspace.position_encoding)
             for diag in linted.diagnostics:

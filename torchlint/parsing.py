@@ -27,16 +27,13 @@ bench/incremental_diff.py on every file of the corpora.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import pairwise
 
 from torchlint.analysis.syntax import ast_first_line, blanked_code, code_text
+from torchlint.diagnostics import SourceText
 from torchlint.lazy import libcst as cst
-
-_NEWLINE = re.compile("\n")
-
 
 # LibCST validates every node as it is built (CSTNode.__post_init__ calls _validate); for the trees
 # its parser builds that is a sixth of the parse and checks nothing the parser has not (LibCST's
@@ -124,7 +121,7 @@ class StatementCache:
         tokenized alone as it is parsed alone. The whole text is tokenized when a piece does not
         tokenize alone, or has a line break that Python's ``splitlines`` sees and the tokenizer
         does not."""
-        if self._last is None or self._last[0] is not source and self._last[0] != source \
+        if self._last is None or self._last[0] != source \
                 or any(character in source for character in _OTHER_LINE_BREAKS):
             return code_text(source)
         codes = []
@@ -150,7 +147,7 @@ def _pieces(source: str, tree: ast.Module) -> list[str] | None:
         return None
     if "\r\n" in source and source.count("\n") != source.count("\r\n"):
         return None  # mixed newlines: a piece's default newline could differ from the module's
-    line_starts = [0, *(match.end() for match in _NEWLINE.finditer(source))]
+    line_starts = SourceText(source).line_starts
     cuts = []
     for line in statement_starts(tree)[1:]:
         if line - 1 >= len(line_starts):
