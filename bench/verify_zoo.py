@@ -6,6 +6,7 @@ fix, its verdict, loss drift, step-time and peak-memory ratios, memory growth an
     python bench/verify_zoo.py                 # all scripts, results to bench/results/verify-zoo.md
     python bench/verify_zoo.py cnn_mnist gan_paintings --out /tmp/zoo.md
     python bench/verify_zoo.py --device cuda --out bench/results/verify-zoo-gpu.md   # on a GPU
+    python bench/verify_zoo.py --imports --select ALL   # fix the imported model modules too, every rule
 
 Each run uses one intra-op thread (OMP_NUM_THREADS=1, unless set): the runs of a verification
 take turns on the machine, and torch's thread pool slows down several-fold when the cores are
@@ -50,11 +51,11 @@ SCRIPTS = [
 ]
 
 
-def verify_one(entry: ZooScript, device: str = "auto"):
+def verify_one(entry: ZooScript, device: str = "auto", imports: bool = False, select: list[str] | None = None):
     from torchlint.harness.verify import VerifyOptions, verify
 
     options = VerifyOptions(steps=entry.steps, unsafe_fixes=True, each=True, script_args=entry.args,
-                            timeout_s=900, device=device)
+                            timeout_s=900, device=device, imports=imports, select=select)
     started = time.monotonic()
     report = verify(ZOO / entry.name / entry.script, options,
                     progress=lambda message: print(f"  {entry.name}: {message}", file=sys.stderr))
@@ -164,17 +165,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where the runs train (verify's --device)")
+    parser.add_argument("--imports", action="store_true",
+                        help="fix the modules each script imports from its folder too (verify's --imports)")
+    parser.add_argument("--select", action="append", help="rules whose fixes to apply (verify's --select)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    chosen = [entry for entry in SCRIPTS if not args.names or entry.name in args.names]
+    by_name = {entry.name: entry for entry in SCRIPTS}
+    unknown = [name for name in args.names if name not in by_name]
+    if unknown:
+        parser.error(f"not in the zoo: {', '.join(unknown)} (the zoo: {', '.join(by_name)})")
+    chosen = [by_name[name] for name in args.names] if args.names else SCRIPTS  # in the order asked
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python bench/verify_zoo.py", *([f"--device {args.device}"] if args.device != "auto" else []),
+                        *(["--imports"] if args.imports else []), *(f"--select {code}" for code in args.select or [])])
     results = []
     for entry in chosen:
         print(f"{entry.name}: verify --each --unsafe-fixes --steps {entry.steps}", file=sys.stderr)
-        report, seconds = verify_one(entry, args.device)
+        report, seconds = verify_one(entry, args.device, args.imports, args.select)
         results.append((entry, report, seconds))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python bench/verify_zoo.py" + ("" if args.device == "auto" else f" --device {args.device}")
-    args.out.write_text(render(results, command), encoding="utf-8")
+        # written after each script, so that a run stopped at a time limit keeps what it measured
+        args.out.write_text(render(results, command), encoding="utf-8")
     print(f"written to {args.out}", file=sys.stderr)
     return 0
 

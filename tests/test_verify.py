@@ -515,6 +515,115 @@ def test_keep_leaves_out_a_fix_that_fails(monkeypatch, tmp_path):
     assert "no fix was kept" in report["keep"]["summary"][-1]
 
 
+# --- the modules the script imports from its folder (--imports) -------------------------------------
+
+CONV_MODULE = """\
+from torch import nn
+
+
+def make_model():
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 1))
+"""
+
+CONV_SCRIPT = """\
+import torch
+
+from nets import make_model
+
+torch.manual_seed(0)
+inputs = torch.randn(64, 1, 8, 8)
+targets = inputs.mean(dim=(1, 2, 3)).unsqueeze(1)
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(200):
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def conv_project(folder: Path) -> Path:
+    """A script whose model comes from a module of its folder, beside a module it never imports;
+    both modules have a conv whose bias the BatchNorm after it cancels (TL401, an unsafe fix)."""
+    (folder / "nets.py").write_text(CONV_MODULE, encoding="utf-8")
+    (folder / "unused.py").write_text(CONV_MODULE, encoding="utf-8")
+    return write_script(folder, CONV_SCRIPT)
+
+
+def test_imports_fixes_the_modules_the_run_imported_and_measures_each(tmp_path):
+    script = conv_project(tmp_path)
+    conv_line = CONV_MODULE.splitlines().index("def make_model():") + 2
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "15", "--unsafe-fixes", "--imports", "--each",
+                                   str(script))
+    report = json.loads(stdout)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
+    assert report["imported"] == ["nets.py"]
+    module_fixes = [fix for fix in report["fixes"] if "path" in fix]
+    assert module_fixes == [{"code": "TL401", "line": conv_line, "path": "nets.py", "applicability": "unsafe"}]
+    row = next(entry for entry in report["per_fix"] if entry.get("path") == "nets.py")
+    assert (row["code"], row["line"], row["verdict"]) == ("TL401", conv_line, "pass")
+    assert any(note.startswith("--imports: of the 1 module train.py imported from its folder (nets.py), nets.py "
+                               "had fixes") for note in report["notes"]), report["notes"]
+    assert (tmp_path / "nets.py").read_text(encoding="utf-8") == CONV_MODULE  # the runs happen in copies
+
+    # Without --imports the module runs as written, and the report says so.
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "15", "--unsafe-fixes", str(script))
+    report = json.loads(stdout)
+    assert report["imported"] == ["nets.py"] and not any("path" in fix for fix in report["fixes"])
+    if report["fixes"]:
+        assert any("ran as written (nets.py): --imports fixes them too" in note for note in report["notes"])
+
+
+OPTIMIZER_MODULE = """\
+import torch
+
+
+def make_optimizer(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def optimizer_project(folder: Path) -> Path:
+    (folder / "training").mkdir()
+    (folder / "training" / "__init__.py").write_text("", encoding="utf-8")
+    (folder / "training" / "optim.py").write_text(OPTIMIZER_MODULE, encoding="utf-8")
+    text = TINY_TRAINING.format(step_call="optimizer.step()").replace(
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "from training.optim import make_optimizer\noptimizer = make_optimizer(model)")
+    return write_script(folder, text.replace("    losses.append(loss)\n", ""))
+
+
+def test_a_module_fix_that_stops_training_fails_and_is_not_kept(monkeypatch, tmp_path):
+    with_planted_rule(monkeypatch, ZeroLearningRate)
+    script = optimizer_project(tmp_path)
+    module = tmp_path / "training" / "optim.py"
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "15", "--unsafe-fixes", "--imports", "--keep",
+                                   str(script))
+    report = json.loads(stdout)
+    assert exit_code == 1 and report["verdict"] == "fail"
+    assert report["imported"] == ["training/__init__.py", "training/optim.py"]
+    assert [(f["code"], f.get("path"), f["verdict"], f["kept"]) for f in report["per_fix"]] == \
+        [("TL999", "training/optim.py", "fail", False)]
+    assert report["keep"]["written"] is False and module.read_text(encoding="utf-8") == OPTIMIZER_MODULE
+
+
+def test_keep_writes_a_kept_module_fix_to_the_module(monkeypatch, tmp_path):
+    with_planted_rule(monkeypatch, RespellLearningRate)
+    script = optimizer_project(tmp_path)
+    module = tmp_path / "training" / "optim.py"
+    before = script.read_text(encoding="utf-8")
+    exit_code, stdout, _ = run_cli("--format", "json", "--steps", "15", "--unsafe-fixes", "--imports", "--keep",
+                                   str(script))
+    report = json.loads(stdout)
+    assert (exit_code, report["verdict"]) == (0, "pass"), report["reasons"]
+    assert report["keep"]["kept"] == [{"code": "TL996", "line": 5, "path": "training/optim.py"}]
+    assert report["keep"]["written"] is True
+    assert "training/optim.py was rewritten with the 1 kept fix, which pass together" in report["keep"]["summary"][-1]
+    assert module.read_text(encoding="utf-8") == OPTIMIZER_MODULE.replace("lr=0.1", "lr=float('0.1')")
+    assert script.read_text(encoding="utf-8") == before
+
+
 # --- findings ranked by measured cost -----------------------------------------------------------------
 
 SLOW_LOADER = """\

@@ -216,3 +216,30 @@ def test_fixes_that_need_another_rules_fix_are_measured_with_it_and_reported_onc
     dependent = next(unit for unit in units if unit.fixes[0].code == "TL203")
     assert dependent.source == everything.source and "after other fixes" in dependent.grouped
     assert {fix.code for fix in dependent.with_others} >= {"TL602"}
+
+
+def test_imported_files_are_the_folders_python_files_the_run_loaded(monkeypatch, tmp_path):
+    """What ``--imports`` fixes: files under the script's folder that a module was loaded from, by
+    path relative to it; not the script, not files elsewhere, not a module whose ``__file__`` is a
+    bare name (torch._classes says "_classes.py", which is no file of the folder)."""
+    import sys
+    import types
+
+    from torchlint.harness.bootstrap import imported_files
+
+    (tmp_path / "models").mkdir()
+    script = tmp_path / "train.py"
+    for path in (script, tmp_path / "models" / "net.py", tmp_path / "utils.py", tmp_path / "_classes.py"):
+        path.write_text("", encoding="utf-8")
+    outside = tmp_path.parent / f"{tmp_path.name}-elsewhere.py"
+    files = {"__main__": script, "models.net": tmp_path / "models" / "net.py", "utils": tmp_path / "utils.py",
+             "elsewhere": outside, "compiled": tmp_path / "ext.so"}
+    monkeypatch.chdir(tmp_path)
+    for name, path in files.items():
+        module = types.ModuleType(f"imported_files_test_{name}")
+        module.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    bare = types.ModuleType("imported_files_test_bare")
+    bare.__file__ = "_classes.py"
+    monkeypatch.setitem(sys.modules, bare.__name__, bare)
+    assert imported_files(script) == ["models/net.py", "utils.py"]

@@ -321,6 +321,21 @@ def exception_summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
+def imported_files(script: Path) -> list[str]:
+    """The Python files under the script's folder that the run imported (its project's own modules,
+    for ``verify --imports``), as paths relative to that folder, the script left out."""
+    folder = os.path.realpath(script.parent)
+    found = set()
+    for module in list(sys.modules.values()):
+        filename = getattr(module, "__file__", None)
+        if not isinstance(filename, str) or not filename.endswith(".py") or not os.path.isabs(filename):
+            continue  # torch._classes says "_classes.py": no file of the folder
+        path = os.path.realpath(filename)
+        if path.startswith(folder + os.sep) and path != os.path.realpath(script):
+            found.add(Path(os.path.relpath(path, folder)).as_posix())
+    return sorted(found)
+
+
 def run(script: Path, script_args: list[str], steps: int, seed: int, device: str, result_dir: Path,
         seed_offset: int = 0, profile_steps: int = 0, profile_warmup: int = 0) -> int:
     rank = int(os.environ.get("RANK", "0"))
@@ -374,6 +389,7 @@ def run(script: Path, script_args: list[str], steps: int, seed: int, device: str
         result["error"] = traceback_tail(error)
         result["exception"] = exception_summary(error)
     result["steps"] = recorder.steps
+    result["imported_files"] = imported_files(script)
     result["profile"] = profiler.summary if profiler else None
     result["cuda_mapped_calls"] = mapping.mapped_calls if mapping else 0
     result["peak_memory_bytes"] = meter.peak_bytes()

@@ -46,22 +46,26 @@ def _selectors(values: tuple[str, ...]) -> list[str] | None:
               help="Also run each fix on its own, and report per fix: verdict, loss drift, step time and memory "
                    "against the original, with run-to-run noise.")
 @click.option("--keep", is_flag=True,
-              help="Write to SCRIPT only the fixes that pass and measure no worse (implies --each).")
+              help="Write to SCRIPT (and with --imports its modules) only the fixes that pass and measure no "
+                   "worse (implies --each).")
+@click.option("--imports", is_flag=True,
+              help="Also fix the modules SCRIPT imports from its folder (those its original run imported), as "
+                   "`check --fix` would, and judge and measure their fixes with the script's.")
 @click.option("--profile", is_flag=True,
               help="Profile a few steps of the original and rank the findings by measured cost per step.")
 def verify(script, script_args, steps, unsafe_fixes, select, nproc, device, output_format, out, plot, timeout,
-           seed, each, keep, profile) -> None:
+           seed, each, keep, imports, profile) -> None:
     """Run SCRIPT as written and as fixed, for N optimizer steps each, and check that the fixed
     script still trains the same (safe fixes) or at least about as well (unsafe fixes). Arguments
     after `--` go to the script. Your files are not modified (the runs happen in copies), except
-    with --keep, which writes the kept fixes to SCRIPT."""
+    with --keep, which writes the kept fixes to SCRIPT (and, with --imports, to its modules)."""
     from torchlint.config import ConfigError
     from torchlint.engine import FixError
     from torchlint.harness import report as reporting
 
     options = VerifyOptions(steps=steps, unsafe_fixes=unsafe_fixes, select=_selectors(select), nproc=nproc,
                             device=device, timeout_s=timeout, seed=seed, script_args=list(script_args),
-                            each=each, keep=keep, profile=profile)
+                            each=each, keep=keep, profile=profile, imports=imports)
     try:
         result = verify_script(script, options, progress=_progress)
     except (VerifyError, ConfigError, FixError) as error:

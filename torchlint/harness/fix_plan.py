@@ -57,6 +57,7 @@ class FixUnit:
     with_others: list[AppliedFix] = field(default_factory=list)
 
     label: str = ""  # "TL101:43", with the column where two fixes of a rule share a line: "TL701:32:9"
+    path: str = ""  # the imported module whose text ``source`` is (verify --imports); "": the script
 
 
 class _OriginalOffsets:
@@ -140,9 +141,11 @@ def _fix_id(diagnostic: Diagnostic, current: SourceText, offsets: _OriginalOffse
     return FixId(line + 1, col, diagnostic.code)
 
 
-def fix_units(text: str, path: str, settings, everything: FixRun) -> list[FixUnit]:
+def fix_units(text: str, path: str, settings, everything: FixRun, module: str = "") -> list[FixUnit]:
     """The fixes of ``everything`` (all fixes applied) as units to measure one by one: each fix
-    alone where it applies alone, else its rule's fixes together, else all fixes together."""
+    alone where it applies alone, else its rule's fixes together, else all fixes together. For an
+    imported module's text, ``module`` is its path relative to the script's folder: the units say
+    so, and their labels start with it."""
     units: list[FixUnit] = []
     placed: set[FixId] = set()
     shared_lines = {(a.code, a.line) for a in everything.applied for b in everything.applied
@@ -153,8 +156,9 @@ def fix_units(text: str, path: str, settings, everything: FixRun) -> list[FixUni
         unit = _alone(text, path, settings, everything, fix_id) or \
             _rule_group(text, path, settings, everything, fix_id.code, placed) or \
             _with_all(everything, fix_id.code, placed)
-        unit.label = ", ".join(f"{i.code}:{i.line}" + (f":{i.col + 1}" if (i.code, i.line) in shared_lines else "")
-                               for i in unit.ids)
+        unit.label = (f"{module}:" if module else "") + ", ".join(
+            f"{i.code}:{i.line}" + (f":{i.col + 1}" if (i.code, i.line) in shared_lines else "") for i in unit.ids)
+        unit.path = module
         units.append(unit)
         placed.update(unit.ids)
     return units

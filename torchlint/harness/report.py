@@ -42,7 +42,8 @@ def to_json(report: VerifyReport) -> dict:
         "script": display_path(report.script),
         "device": report.device,
         "steps": report.steps,
-        "fixes": [{"code": f.code, "line": f.line, "applicability": f.applicability} for f in report.fixes],
+        "fixes": [_fix_json(f) | {"applicability": f.applicability} for f in report.fixes],
+        "imported": report.imported,
         "runs": {label: run.to_json() if run is not None else None for label, run in report.runs.items()},
         "verdict": report.verdict.name,
         "reasons": report.verdict.reasons,
@@ -56,12 +57,18 @@ def to_json(report: VerifyReport) -> dict:
         data["per_fix"] = [entry for measurement in report.per_fix for entry in _per_fix_json(measurement)]
     if report.keep is not None:
         data["keep"] = {"written": report.keep.written, "summary": report.keep.summary,
-                        "kept": [{"code": f.code, "line": f.line} for f in report.keep.kept]}
+                        "kept": [_fix_json(f) for f in report.keep.kept]}
     if report.profile is not None:
         data["profile"] = [finding.to_json() for finding in report.profile.findings]
         data["profile_step_ms"] = report.profile.step_ms
         data["profile_problem"] = report.profile.problem
     return data
+
+
+def _fix_json(fix) -> dict:
+    """A fix by rule and line, and by ``path`` (relative to the script's folder) when it is in a module
+    the script imported (--imports); no ``path``: the script."""
+    return {"code": fix.code, "line": fix.line, **({"path": fix.path} if fix.path else {})}
 
 
 def _per_fix_json(measurement: FixMeasurement) -> list[dict]:
@@ -80,9 +87,8 @@ def _per_fix_json(measurement: FixMeasurement) -> list[dict]:
         "why_kept": measurement.why,
     }
     unit = measurement.unit
-    return [{"code": fix.code, "line": fix.line, "applicability": fix.applicability,
-             "measured_with": [f"{other.code}:{other.line}" for other in [*unit.fixes, *unit.with_others]
-                               if other is not fix],
+    return [{**_fix_json(fix), "applicability": fix.applicability,
+             "measured_with": [other.label for other in [*unit.fixes, *unit.with_others] if other is not fix],
              **shared} for fix in unit.fixes]
 
 
@@ -142,7 +148,8 @@ def format_text(report: VerifyReport) -> str:
              f"device {report.device}, up to {report.steps} optimizer steps per run", ""]
     if report.fixes:
         lines.append("fixes applied:")
-        lines += [f"  line {f.line:<5} {f.code}  {f.applicability}" for f in report.fixes]
+        lines += [f"  {f.path + ' ' if f.path else ''}line {f.line:<5} {f.code}  {f.applicability}"
+                  for f in report.fixes]
     else:
         lines.append("fixes applied: none")
     lines.append("")

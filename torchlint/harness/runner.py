@@ -51,6 +51,7 @@ class RunResult:
     exception: str | None = None  # "Type: message" of what stopped the script, for one-line reasons
     step_times_s: list[float] = field(default_factory=list)  # between consecutive optimizer steps
     profile: dict | None = None  # what profiling.StepProfiler measured, for --profile
+    imported_files: list[str] = field(default_factory=list)  # the script folder's modules it imported (rank 0)
 
     def to_json(self) -> dict:
         return {"finished": self.finished, "steps": self.steps, "losses": self.losses,
@@ -205,7 +206,7 @@ def _read_result(returncode: int, timed_out: bool, timeout_s: float, result_dir:
         memory_bytes=memory, memory_measure=main.get("memory_measure"),
         cuda_mapped_calls=main.get("cuda_mapped_calls", 0), harness_error=harness_error,
         stopped_by_harness=bool(main.get("stopped_by_harness")), exception=exception, step_times_s=step_times,
-        profile=main.get("profile"))
+        profile=main.get("profile"), imported_files=main.get("imported_files", []))
 
 
 def _read_step_records(path: Path) -> list[dict]:

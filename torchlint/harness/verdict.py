@@ -53,8 +53,14 @@ TOLERANCE_FLOOR = 1e-3  # relative: float rounding alone, when both noise estima
 @dataclass(frozen=True)
 class AppliedFix:
     code: str
-    line: int  # 1-based, in the original script, as the text report shows it
+    line: int  # 1-based, in the original file, as the text report shows it
     applicability: str  # "safe" or "unsafe"
+    path: str = ""  # a module the script imported (verify --imports), relative to its folder; "": the script
+
+    @property
+    def label(self) -> str:
+        """``TL203:184``, or ``models/net.py:TL401:32`` for a fix in an imported module."""
+        return f"{self.path}:{self.code}:{self.line}" if self.path else f"{self.code}:{self.line}"
 
     @property
     def is_distributed_rewrite(self) -> bool:

@@ -6,7 +6,10 @@ another wrote (a checkpoint it would resume from) and the user's files are never
 script in each copy is a file of its own, written in the script's own encoding, and a symbolic
 link that leads back into the folder leads into the copy instead (see ``_copy_script_folder``).
 The selected fixes are applied to the script itself in the fixed copies; modules it imports from
-its folder run as written.
+its folder run as written, unless ``--imports`` asks to fix them too: then the Python files under
+the folder that the original run imported (``bootstrap.imported_files``) are fixed as ``check
+--fix`` would fix them, each with the settings that apply to it, and their fixes are judged and
+measured with the script's (``ModuleFixes``, ``Sources``).
 
 The runs: the original; the original again under shifted seeds when run-to-run noise is needed
 (an unsafe fix is judged against it, and ``--each`` reports every ratio against it); the script
@@ -68,6 +71,30 @@ class VerifyOptions:
     each: bool = False  # measure each fix on its own too
     keep: bool = False  # write the fixes that pass and measure no worse to the script (implies each)
     profile: bool = False  # rank the findings by measured cost
+    imports: bool = False  # fix the modules the script imports from its folder too
+
+
+@dataclass
+class ModuleFixes:
+    """``--imports``: the fixes of one module that the original run imported from the script's folder."""
+
+    path: str  # relative to the script's folder, with forward slashes
+    file: SourceFile
+    settings: object
+    run: FixRun  # its fixes, each AppliedFix naming ``path``
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a run's copy of the folder holds instead of the user's files: the script's fixed text
+    (None: as written) and fixed modules' texts by path (the others as written)."""
+
+    script: str | None = None
+    modules: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, script: str | None, modules: dict[str, str]) -> Sources:
+        return cls(script, tuple(sorted(modules.items())))
 
 
 @dataclass
@@ -112,6 +139,8 @@ class VerifyReport:
     keep: KeepResult | None = None
     profile: ProfileSummary | None = None
     profile_run: RunResult | None = None
+    modules: list[ModuleFixes] = field(default_factory=list)  # --imports: the imported modules with fixes
+    imported: list[str] = field(default_factory=list)  # the modules the original imported from the folder
 
     @property
     def exit_code(self) -> int:
@@ -130,10 +159,18 @@ class _Runs:
         self.settings = RunSettings(steps=options.steps, seed=options.seed, device=options.device,
                                     timeout_s=options.timeout_s)
         self.nproc = 1  # ranks for a distributed rewrite under torchrun; 1: no torchrun run
+        self.module_files: dict[str, SourceFile] = {}  # --imports: the modules whose fixes a run may hold
 
-    def run(self, label: str, source: str | None, nproc: int | None = None, **settings) -> RunResult:
-        folder = label.replace(" ", "_").replace(":", "").replace(",", "")
-        copy = _copy_script_folder(self.original_file, self.scratch / folder, source, self.left_out)
+    def run(self, label: str, sources: Sources | None, nproc: int | None = None, **settings) -> RunResult:
+        folder = label.replace(" ", "_").replace(":", "").replace(",", "").replace("/", "_")
+        sources = sources or Sources()
+        copy = _copy_script_folder(self.original_file, self.scratch / folder, sources.script, self.left_out)
+        for path, text in sources.modules:
+            module = self.module_files[path]
+            try:
+                write_source(replace(module, path=copy.parent / path), text)
+            except WriteError as error:
+                raise VerifyError(f"{module.path}: the fixed module cannot be written: {error}") from None
         run_settings = replace(self.settings, **settings)
         if self.progress:
             launcher = f"torchrun --nproc_per_node={nproc}" if nproc else "python"
@@ -155,17 +192,21 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
         options = replace(options, each=True)
     original_file, settings = _read(script, options)
     everything = fix_plan.apply_fixes(original_file.text, str(script), settings)
-    fixes = sorted(everything.applied.values(), key=lambda fix: (fix.line, fix.code))
-    distributed = any(fix.is_distributed_rewrite for fix in fixes)
-    nproc = options.nproc if options.nproc is not None else (DEFAULT_NPROC_FOR_DISTRIBUTED if distributed else 1)
     _check_folder_size(script.parent)
 
     with tempfile.TemporaryDirectory(prefix="torchlint-verify-") as scratch_dir:
         runs = _Runs(original_file, options, Path(scratch_dir), progress)
-        runs.nproc = nproc
         original = runs.run("original", None)
+        modules = _module_fixes(script, original.imported_files, options) if options.imports else []
+        runs.module_files = {module.path: module.file for module in modules}
+        applied = [*everything.applied.values(), *(fix for module in modules for fix in module.run.applied.values())]
+        fixes = sorted(applied, key=lambda fix: (fix.path, fix.line, fix.code))
+        distributed = any(fix.is_distributed_rewrite for fix in fixes)
+        nproc = options.nproc if options.nproc is not None else (DEFAULT_NPROC_FOR_DISTRIBUTED if distributed else 1)
+        runs.nproc = nproc
         report = VerifyReport(script, options.steps, original.device or options.device, fixes,
-                              {"original": original}, Verdict(PASS, []), notes=[])
+                              {"original": original}, Verdict(PASS, []), notes=[], modules=modules,
+                              imported=original.imported_files)
         report.verdict = judge_original(original) or _verify_fixes(report, runs, everything, settings)
         report.runs.setdefault("fixed", None)
         if options.profile and report.verdict.name != "error":
@@ -179,13 +220,33 @@ def verify(script: Path, options: VerifyOptions, progress: Progress | None = Non
     return report
 
 
-def _read(script: Path, options: VerifyOptions):
+def _module_fixes(script: Path, imported: list[str], options: VerifyOptions) -> list[ModuleFixes]:
+    """The fixes of each module the original run imported from the script's folder, as ``check --fix``
+    makes them with that file's settings; files the configuration excludes are left as written."""
+    found = []
+    for path in imported:
+        file, settings = _read(script.parent / path, options, "module")
+        if settings.is_excluded(file.path):
+            continue
+        run = fix_plan.apply_fixes(file.text, str(file.path), settings)
+        if run.applied:
+            run.applied = {fix_id: replace(fix, path=path) for fix_id, fix in run.applied.items()}
+            found.append(ModuleFixes(path, file, settings, run))
+    return found
+
+
+def _all_fixed(everything: FixRun, modules: list[ModuleFixes]) -> Sources:
+    return Sources.of(everything.source if everything.applied else None,
+                      {module.path: module.run.source for module in modules})
+
+
+def _read(script: Path, options: VerifyOptions, what: str = "script"):
     try:
         original = read_source(script)
     except SourceReadError as error:
         raise VerifyError(str(error)) from None
     except SourceDecodeError as error:
-        raise VerifyError(f"{script}: cannot decode the script: {error}") from None
+        raise VerifyError(f"{script}: cannot decode the {what}: {error}") from None
     return original, resolve_settings(script, select=options.select, unsafe_fixes=options.unsafe_fixes)
 
 
@@ -203,10 +264,15 @@ def _verify_fixes(report: VerifyReport, runs: _Runs, everything: FixRun, setting
             noise_run = None  # other seeds broke it: the step-to-step noise stands alone (see the notes)
     report.noise = LossNoise.measure(original.losses, noise_run.losses if noise_run else None)
     report.reproducibility = _reproducibility(runs, report)
-    fixed, verdict = _run_fixes(runs, report, "fixed", everything.source, report.fixes, record=True)
-    report.comparisons = _compare(runs, report, fixed, "fixed", everything.source, noise_run)
+    all_fixed = _all_fixed(everything, report.modules)
+    fixed, verdict = _run_fixes(runs, report, "fixed", all_fixed, report.fixes, record=True)
+    report.comparisons = _compare(runs, report, fixed, "fixed", all_fixed, noise_run)
     if options.each:
-        units = fix_plan.fix_units(runs.original_file.text, str(report.script), settings, everything)
+        units = fix_plan.fix_units(runs.original_file.text, str(report.script), settings, everything) if \
+            everything.applied else []
+        for module in report.modules:
+            units += fix_plan.fix_units(module.file.text, str(module.file.path), module.settings, module.run,
+                                        module=module.path)
         report.per_fix = [_measure_unit(runs, report, unit, number, noise_run, fixed, verdict)
                           for number, unit in enumerate(units, start=1)]
     return verdict
@@ -227,14 +293,14 @@ def _reproducibility(runs: _Runs, report: VerifyReport) -> Reproducibility | Non
     return None if drift is None else Reproducibility(drift)
 
 
-def _run_fixes(runs: _Runs, report: VerifyReport, label: str, source: str, fixes: list[AppliedFix],
+def _run_fixes(runs: _Runs, report: VerifyReport, label: str, sources: Sources, fixes: list[AppliedFix],
                record: bool = False) -> tuple[RunResult, Verdict]:
-    """Run a fixed source (and under torchrun, for a distributed rewrite), and judge it; with
+    """Run fixed sources (and under torchrun, for a distributed rewrite), and judge them; with
     ``record``, the runs go into the report's table."""
-    fixed = runs.run(label, source)
+    fixed = runs.run(label, sources)
     distributed = None
     if any(fix.is_distributed_rewrite for fix in fixes) and runs.nproc > 1:
-        distributed = runs.run(f"{label}_torchrun", source, nproc=runs.nproc)
+        distributed = runs.run(f"{label}_torchrun", sources, nproc=runs.nproc)
     if record:
         report.runs[label] = fixed
         if distributed is not None:
@@ -244,7 +310,7 @@ def _run_fixes(runs: _Runs, report: VerifyReport, label: str, source: str, fixes
     return fixed, verdict
 
 
-def _compare(runs: _Runs, report: VerifyReport, fixed: RunResult, label: str, source: str,
+def _compare(runs: _Runs, report: VerifyReport, fixed: RunResult, label: str, sources: Sources,
              noise_run: RunResult | None) -> dict[str, Comparison]:
     """Step time and memory of a fixed run against the original; a fix that measures slower runs
     once more, and is slower only if its faster run still is (see ``measures``)."""
@@ -252,7 +318,7 @@ def _compare(runs: _Runs, report: VerifyReport, fixed: RunResult, label: str, so
     originals = [original] + ([noise_run] if noise_run else [])
     step_time = measures.step_time(originals, [fixed])
     if step_time.worse and fixed.finished:
-        step_time = measures.step_time(originals, [fixed, runs.run(f"{label} again", source)])
+        step_time = measures.step_time(originals, [fixed, runs.run(f"{label} again", sources)])
     return {"step_time": step_time,
             "peak_memory": measures.peak_memory(original, fixed, noise_run),
             "memory_growth": measures.memory_growth(original, fixed, noise_run)}
@@ -264,8 +330,9 @@ def _measure_unit(runs: _Runs, report: VerifyReport, unit: FixUnit, number: int,
         # this unit applies all the fixes: its run and measures are the fixed run's
         run, verdict, comparisons = all_fixed, all_verdict, report.comparisons
     else:
-        run, verdict = _run_fixes(runs, report, f"fix {number}", unit.source, [*unit.fixes, *unit.with_others])
-        comparisons = _compare(runs, report, run, f"fix {number}", unit.source, noise_run)
+        sources = Sources.of(None, {unit.path: unit.source}) if unit.path else Sources(unit.source)
+        run, verdict = _run_fixes(runs, report, f"fix {number}", sources, [*unit.fixes, *unit.with_others])
+        comparisons = _compare(runs, report, run, f"fix {number}", sources, noise_run)
     original = report.runs["original"]
     measurement = FixMeasurement(unit, verdict, loss_max_rel_diff(original.losses, run.losses),
                                  comparisons["step_time"], comparisons["peak_memory"],
@@ -289,28 +356,40 @@ def _keep_decision(measurement: FixMeasurement) -> tuple[bool, str]:
 
 
 def _keep(report: VerifyReport, runs: _Runs, original_file: SourceFile, settings) -> KeepResult:
-    """Write the fixes that were kept to the user's script, when together they pass again."""
+    """Write the fixes that were kept to the user's script (and, with --imports, its modules), when
+    together they pass again."""
     kept_units = [m for m in report.per_fix if m.kept]
     summary = [f"{'kept' if m.kept else 'not kept'}: {m.unit.label} ({m.why})" for m in report.per_fix]
     kept = [fix for m in kept_units for fix in m.unit.fixes]
     if not kept:
         return KeepResult([], False, summary + [f"{report.script.name} was not changed: no fix was kept"])
-    ids = {fix_id for m in kept_units for fix_id in m.unit.ids}
-    run = fix_plan.apply_fixes(original_file.text, str(report.script), settings, lambda fix_id: fix_id in ids)
-    if len(ids) == len(report.fixes):
+    ids: dict[str, set] = {}
+    for m in kept_units:
+        ids.setdefault(m.unit.path, set()).update(m.unit.ids)
+    files = {"": (original_file, settings), **{m.path: (m.file, m.settings) for m in report.modules}}
+    texts = {}
+    for path, wanted in ids.items():
+        file, file_settings = files[path]
+        texts[path] = fix_plan.apply_fixes(file.text, str(file.path), file_settings,
+                                           lambda fix_id, wanted=wanted: fix_id in wanted).source
+    names = [report.script.name if not path else path for path in sorted(texts)]
+    if len(kept) == len(report.fixes):
         verdict = report.verdict
     else:
-        _, verdict = _run_fixes(runs, report, "kept", run.source, kept, record=True)
+        sources = Sources.of(texts.get(""), {path: text for path, text in texts.items() if path})
+        _, verdict = _run_fixes(runs, report, "kept", sources, kept, record=True)
     if verdict.name != PASS:
         return KeepResult(kept, False, summary + [
-            f"{report.script.name} was not changed: the kept fixes together do not pass ({verdict.reasons[-1]})"])
-    try:
-        write_source(original_file, run.source)
-    except WriteError as error:
-        raise VerifyError(str(error)) from None
+            f"{', '.join(names)} {'was' if len(names) == 1 else 'were'} not changed: the kept fixes together do "
+            f"not pass ({verdict.reasons[-1]})"])
+    for path, text in sorted(texts.items()):
+        try:
+            write_source(files[path][0], text)
+        except WriteError as error:
+            raise VerifyError(str(error)) from None
     return KeepResult(kept, True, summary + [
-        f"{report.script.name} was rewritten with the {len(kept)} kept fix{'es' if len(kept) > 1 else ''}, "
-        "which pass together"])
+        f"{', '.join(names)} {'was' if len(names) == 1 else 'were'} rewritten with the {len(kept)} kept "
+        f"fix{'es' if len(kept) > 1 else ''}, which pass together"])
 
 
 def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, nproc: int,
@@ -348,8 +427,7 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
                       "that" if drift else "the two runs could not be compared (that run did not finish its "
                       f"steps, or a loss was not finite: {_one_line(repeat)}), so safe fixes are held to the usual "
                       "tolerance"))
-    if report.fixes:
-        notes.append(f"fixes were applied to {report.script.name} only; modules it imports ran as written")
+    notes += _imports_notes(report, options)
     if original.finished and original.steps and not original.stopped_by_harness:
         notes.append(f"the script ended by itself after {original.steps} optimizer steps, before --steps "
                      f"{options.steps}")
@@ -363,6 +441,31 @@ def _notes(report: VerifyReport, options: VerifyOptions, distributed: bool, npro
                      f"{PROFILE_WARMUP_STEPS + 1}-{PROFILE_WARMUP_STEPS + PROFILE_STEPS}; the profiler slows "
                      "Python-heavy code, so shares are of the profiled step, not of the plain one")
     return notes
+
+
+def _imports_notes(report: VerifyReport, options: VerifyOptions) -> list[str]:
+    """Which of the project's files the fixed runs changed: the script, and with --imports the
+    modules the original imported from its folder."""
+    imported = report.imported
+    if not options.imports:
+        if not (report.fixes and imported):
+            return []
+        return [f"fixes were applied to {report.script.name} only; the {_count(imported, 'module')} it imported "
+                f"from its folder ran as written ({_listed(imported)}): --imports fixes them too"]
+    fixed = [module.path for module in report.modules]
+    if not imported:
+        return [f"--imports: {report.script.name} imported no module from its folder"]
+    return [f"--imports: of the {_count(imported, 'module')} {report.script.name} imported from its folder "
+            f"({_listed(imported)}), " + (f"{_listed(fixed)} had fixes, applied with the script's"
+                                          if fixed else "none had a fix")]
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _listed(items: list[str], shown: int = 8) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _not_copied(name: str) -> bool:
