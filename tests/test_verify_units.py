@@ -243,3 +243,45 @@ def test_imported_files_are_the_folders_python_files_the_run_loaded(monkeypatch,
     bare.__file__ = "_classes.py"
     monkeypatch.setitem(sys.modules, bare.__name__, bare)
     assert imported_files(script) == ["models/net.py", "utils.py"]
+
+
+def _steps(step_s: float) -> RunResult:
+    return run([1.0] * 8, [step_s * (1 + 0.001 * i) for i in range(8)])
+
+
+class _LaterRuns:
+    """Stands in for verify's runs after the first ones: the original, run again, takes
+    ``original_s`` per step, the fix ``fixed_s``; the labels it was asked for are kept."""
+
+    def __init__(self, original_s: float, fixed_s: float):
+        self.original_s, self.fixed_s = original_s, fixed_s
+        self.labels: list[str] = []
+
+    def run(self, label, sources, **settings) -> RunResult:
+        self.labels.append(label)
+        return _steps(self.original_s if label.startswith("original") else self.fixed_s)
+
+
+def _compare_after_slowdown(late_original_s: float, fixed_s: float):
+    from types import SimpleNamespace
+
+    from torchlint.harness.verify import _compare
+
+    runs = _LaterRuns(late_original_s, fixed_s)
+    report = SimpleNamespace(runs={"original": _steps(0.100)})
+    comparisons = _compare(runs, report, _steps(fixed_s), "fix 1", None, noise_run=_steps(0.101))
+    return comparisons["step_time"], runs.labels
+
+
+def test_a_fix_measured_slower_after_the_machine_slowed_down_is_not_called_slower():
+    """Seen on an H100 machine: the original's two runs came first and fast, every later run was
+    1.45x slower, so every fix measured "slower". The original runs again beside the fix's second
+    run, and the band spans its early and late runs."""
+    step_time, labels = _compare_after_slowdown(late_original_s=0.145, fixed_s=0.145)
+    assert labels == ["fix 1 again", "original again (fix 1)"]
+    assert step_time.change == "no measured change" and step_time.noise >= 0.44
+
+
+def test_a_fix_still_slower_than_the_original_run_beside_it_is_slower():
+    step_time, labels = _compare_after_slowdown(late_original_s=0.100, fixed_s=0.145)
+    assert labels == ["fix 1 again", "original again (fix 1)"] and step_time.change == "slower"

@@ -9,7 +9,9 @@ so a ratio alone would print noise as a gain or a loss. Each comparison carries 
   original's two runs (the reference and the noise run, same work under other random numbers)
   and twice the standard error of the two medians compared (from each run's per-step spread:
   1.25 x IQR/1.349 / sqrt(n), the standard error of a median). ``verify`` runs a fix that
-  measures slower a second time, so that one run slowed by the machine does not make it "slower";
+  measures slower a second time, and the original with it, so that neither one run slowed by the
+  machine nor a machine that slowed down since the original ran makes it "slower" (the late
+  original joins the originals: their spread widens the band);
 - peak memory: the two original runs' difference, and at least ``PEAK_FLOOR`` (peak RSS moves by
   allocator arenas and thread stacks between identical runs);
 - memory growth: the two original runs' difference, and at least ``GROWTH_FLOOR`` bytes.
