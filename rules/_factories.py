@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, ast_may_move,
                                         tensor_factory)
@@ -22,6 +23,28 @@ VARIABLE = frozenset({"torch.autograd.Variable", "torch.autograd.variable.Variab
 # Moving one of them buys nothing worth a finding about speed.
 NO_HOST_FILL = frozenset({"tensor", "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like",
                           "rand_like", "randn_like", "randint_like"})
+# Methods between a factory and its move that the device computes as the host does, so that the
+# factory can be given the device and the methods kept: `torch.zeros(n).long().cuda()`,
+# `torch.empty(n).fill_(v).to(device)`. Casts round the same way on both, views and fills with a
+# given value are exact; fills with random numbers draw from another generator on the device (a
+# fix is unsafe, as for random factories). Anything else between (a reduction, arithmetic) is left
+# alone.
+CHAINED_METHODS = frozenset({
+    "float", "double", "half", "bfloat16", "long", "int", "short", "byte", "char", "bool",
+    "view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "t", "transpose", "permute", "flatten",
+    "contiguous", "fill_", "zero_",
+})
+RANDOM_FILLS = frozenset({"uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_",
+                          "cauchy_", "log_normal_"})
+# The legacy typed constructors and the dtype of what they make; `torch.Tensor` makes the default
+# dtype. Given sizes, they allocate an uninitialized tensor on the CPU, as `torch.empty` does.
+LEGACY_CONSTRUCTORS = {
+    "torch.FloatTensor": "float32", "torch.DoubleTensor": "float64", "torch.HalfTensor": "float16",
+    "torch.BFloat16Tensor": "bfloat16", "torch.LongTensor": "int64", "torch.IntTensor": "int32",
+    "torch.ShortTensor": "int16", "torch.ByteTensor": "uint8", "torch.CharTensor": "int8", "torch.BoolTensor": "bool",
+    "torch.Tensor": None,
+}
+FILLS = frozenset({"fill_", "zero_"}) | RANDOM_FILLS
 # A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
@@ -43,9 +66,11 @@ def rebound_move_in(text: str) -> bool:
     return False
 
 
-def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str] | None = None) -> list[ast.Call]:
-    """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``): the
-    precheck twin of factory_move (``extra_names`` as ``ast_may_move`` takes them)."""
+def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str] | None = None,
+                    through_methods: bool = False) -> list[ast.Call]:
+    """The calls of ``names`` whose result is moved right away (``torch.zeros(3).cuda()``; with
+    ``through_methods``, also after CHAINED_METHODS and RANDOM_FILLS): the precheck twin of
+    factory_move and chained_factory_move (``extra_names`` as ``ast_may_move`` takes them)."""
     wanted = index.names(names)
     variables = index.names(["Variable"])
     moved = []
@@ -53,6 +78,9 @@ def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str
         if not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Call):
             continue
         made = call.func.value
+        while through_methods and isinstance(made.func, ast.Attribute) and isinstance(made.func.value, ast.Call) \
+                and made.func.attr in CHAINED_METHODS | RANDOM_FILLS:
+            made = made.func.value
         if ast_callee(made) in variables and len(made.args) == 1 and isinstance(made.args[0], ast.Call):
             made = made.args[0]  # Variable(torch.zeros(n)).cuda()
         if ast_callee(made) in wanted and ast_may_move(index, call, extra_names):
@@ -147,6 +175,86 @@ def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] 
     return made, factory, target
 
 
+def chained_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
+                         ) -> tuple[cst.Call, str, DeviceMove, tuple[str, ...]] | None:
+    """For ``torch.<factory>(...).<methods>().cuda()`` / ``.to(<device>)`` with at least one of
+    CHAINED_METHODS or RANDOM_FILLS between: the factory call, the factory's name, the move and the
+    methods' names, innermost first; None for anything else (a move to the CPU included)."""
+    move = node.func
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+        return None
+    made, methods = move.value, []
+    while isinstance(made, cst.Call) and isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
+            and made.func.attr.value in CHAINED_METHODS | RANDOM_FILLS:
+        methods.append(made.func.attr.value)
+        made = made.func.value
+    factory = tensor_factory(made, ctx.bindings) if methods else None
+    if factory is None:
+        return None
+    target = ctx.devices.move(node, extra_names)
+    if target is None or target.to_cpu:
+        return None
+    return made, factory, target, tuple(reversed(methods))
+
+
+@dataclass(frozen=True)
+class LegacyMove:
+    """``torch.LongTensor(n).random_(0, k).to(device)``: a legacy constructor, the methods chained
+    after it (innermost first), the move, and the constructor as ``torch.empty`` with its dtype
+    when its arguments are certainly sizes (None: they may be data, ``torch.LongTensor(values)``)."""
+
+    constructor: cst.Call
+    name: str  # "torch.LongTensor"
+    methods: tuple[str, ...]
+    move: DeviceMove
+    modern: cst.Call | None
+
+
+def legacy_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()) -> LegacyMove | None:
+    """For ``torch.<Type>Tensor(sizes)`` moved right away (``.cuda()``/``.to(<device>)``), maybe
+    after CHAINED_METHODS or RANDOM_FILLS: the LegacyMove; None for anything else. Given one
+    argument that may be data (a name), only a fill between makes it one: the host made a
+    tensor that the device could have filled."""
+    move = node.func
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+        return None
+    made, methods = move.value, []
+    while isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
+            and made.func.attr.value in CHAINED_METHODS | RANDOM_FILLS:
+        methods.append(made.func.attr.value)
+        made = made.func.value
+    name = ctx.qualified_name(made.func)
+    if name not in LEGACY_CONSTRUCTORS or any(arg.star for arg in made.args):
+        return None
+    sizes = _legacy_sizes(made)
+    if sizes is None or not sizes and not FILLS.intersection(methods):
+        return None
+    target = ctx.devices.move(node, extra_names)
+    if target is None or target.to_cpu:
+        return None
+    modern = None
+    if sizes and isinstance(made.func, cst.Attribute):  # `torch.LongTensor`: the module's own spelling
+        modern = made.with_changes(func=made.func.with_changes(attr=cst.Name("empty")))
+        if LEGACY_CONSTRUCTORS[name] is not None:
+            modern = set_keyword(modern, "dtype", cst.Attribute(made.func.value.deep_clone(), cst.Name(LEGACY_CONSTRUCTORS[name])))
+    return LegacyMove(made, name, tuple(reversed(methods)), target, modern)
+
+
+def _legacy_sizes(call: cst.Call) -> bool | None:
+    """True: the legacy constructor is given sizes (``size=``, two or more numbers, one integer
+    literal); False: one argument that may be data; None: no argument, or keywords it is not
+    known to take."""
+    positional = [arg for arg in call.args if arg.keyword is None]
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    if keywords - {"size"} or keywords and positional:
+        return None
+    if keywords or len(positional) >= 2:
+        return True
+    if len(positional) == 1:
+        return isinstance(positional[0].value, cst.Integer)
+    return None
+
+
 def _unwrapped(value: cst.Call, ctx: RuleContext) -> cst.BaseExpression:
     """``Variable(t)`` -> ``t``: the pre-0.4 wrapper, which gives the same values, on the same device."""
     if ctx.qualified_name(value.func) in VARIABLE and len(value.args) == 1 and value.args[0].keyword is None \
@@ -173,10 +281,15 @@ def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
 
 
 def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
-                     move: DeviceMove, repairs: bool = False) -> FixSpec | None:
+                     move: DeviceMove, repairs: bool = False, methods: tuple[str, ...] = (),
+                     modern: cst.Call | None = None) -> FixSpec | None:
     """The fix that gives the factory the move's device (and dtype) and drops the move: safe for
     deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``, and
-    always unsafe when it ``repairs`` a bug (the values the run computes change by design)."""
+    always unsafe when it ``repairs`` a bug (the values the run computes change by design). The
+    ``methods`` chained between the factory and the move stay, now run on the device: unsafe when
+    one fills with random numbers; no fix when the move also converts (two conversions). A legacy
+    constructor is replaced by its ``modern`` spelling (``torch.empty(..., dtype=)``), which the
+    device then fills."""
     if not move.understood or any(a.star == "**" for a in factory_call.args) \
             or find_keyword(factory_call, "pin_memory") is not None:
         return None  # the factory may already carry `device`, or the move does more than move
@@ -188,13 +301,16 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
     # a factory that already names a device computed its values there: another device may round
     # differently (`linspace`, `arange` on floats)
     safe = factory in DETERMINISTIC_FACTORIES and move.certain and find_keyword(factory_call, "device") is None
-    new = set_keyword(factory_call, "device", move.device)
+    new = set_keyword(modern or factory_call, "device", move.device)
     if move.dtype is not None:
-        if find_keyword(factory_call, "dtype") is not None:
+        if find_keyword(modern or factory_call, "dtype") is not None or methods:
             return None  # two conversions: their order matters
         new = set_keyword(new, "dtype", move.dtype)
         safe = safe and factory in EXACT_FACTORIES
-    if node.func.value is not factory_call:  # `Variable(factory(...)).cuda()` -> `Variable(factory(..., device=))`
+    safe = safe and not RANDOM_FILLS.intersection(methods)
+    if node.func.value is not factory_call:
+        # `Variable(factory(...)).cuda()` -> `Variable(factory(..., device=))`;
+        # `factory(...).long().cuda()` -> `factory(..., device=).long()`
         new = node.func.value.deep_replace(factory_call, new)
     new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
     return rule.fix("Create the tensor on the device", rule.replace(node, new),

@@ -7,6 +7,15 @@ that is moved to a device right away: `torch.zeros(n).cuda()`, `torch.randn(b, d
 or bound to a name that a later statement of the same block moves into itself, with nothing in
 between reading it: `z = torch.randn(n, d)` ... `z = z.to(device)`.
 
+Also found with methods between the factory and the move that the device would compute the same
+way: casts, views and fills (`torch.zeros(n).float().cuda()`, `torch.arange(n).view(1, -1).to(device)`,
+`torch.empty(n).uniform_(-1, 1).cuda()`). And with the pre-0.4 typed constructors given sizes,
+which allocate on the CPU as `torch.empty` does: `torch.ByteTensor(size=(n,)).to("cuda")`,
+`torch.Tensor(b, b).fill_(v).to(device)`, `torch.LongTensor(8).random_(0, k).cuda()`. A typed
+constructor given one argument that is not a number may be given data (`torch.LongTensor(labels)`),
+which must be copied anyway; it is reported only when a fill follows it, because the fill replaces
+whatever it was given.
+
 Not reported, because the move costs nothing that `device=` would save: `torch.tensor(data)` and
 `torch.as_tensor(data)` (the data is on the host and is copied to the device either way), and the
 `*_like` factories (`torch.zeros_like(x)` is made on `x`'s device, so `.to(x.device)` does
@@ -59,7 +68,13 @@ factory does not take (`memory_format`, `copy`), when the factory is given a `ge
 generator cannot drive a factory on the GPU: it raises), or when a comment sits between the factory
 and the move (the rewrite would drop it). Across statements the fix adds `device=` to the factory and deletes
 the statement that moves it, with the same tiers; no fix when a comment sits above that
-statement.
+statement. Methods between the factory and the move stay, and now run on the device:
+`torch.zeros(n, device="cuda").float()`. That is safe for casts, views and fills with a value,
+and unsafe for fills with random numbers, which the device's generator draws differently. There is no fix
+when the move also converts the dtype: the two conversions would swap order. A typed constructor
+becomes `torch.empty(<sizes>, dtype=<its dtype>, device=...)`, with the same tiers (`torch.empty`
+counts as deterministic, as above). There is no fix when its one argument may be data, or when it was
+imported bare (`from torch import LongTensor`).
 
 ## Options
 
@@ -82,9 +97,10 @@ from torchlint.rule import Rule, SyntaxIndex
 from torchlint.analysis.devices import EXACT_FACTORIES
 from torchlint.analysis.syntax import find_keyword, is_literal
 from torchlint.fixes import set_keyword
+from torchlint.rules._factories import LEGACY_CONSTRUCTORS as LEGACY_DTYPES
 from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, ast_moved_calls, ast_rebound_moves,
-                                        bound_factory_move, create_on_device, creates_non_leaf, factory_move,
-                                        rebound_move_in)
+                                        bound_factory_move, chained_factory_move, create_on_device, creates_non_leaf,
+                                        factory_move, legacy_move, rebound_move_in)
 
 
 class MoveAfterCreate(Rule):
@@ -103,24 +119,60 @@ class MoveAfterCreate(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         factories = (DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL
         names = index.rule_option(cls.name, "device-names", cls.options["device-names"][1])  # None: not known
-        return bool(ast_moved_calls(index, *factories, extra_names=names)) \
+        legacy = [name.split(".")[-1] for name in LEGACY_DTYPES]
+        return bool(ast_moved_calls(index, *factories, *legacy, extra_names=names, through_methods=True)) \
             or ast_rebound_moves(index, *factories, extra_names=names)
 
     def visit_Call(self, node: cst.Call) -> None:
-        found = factory_move(self.ctx, node, tuple(self.option("device-names")))
-        if found is None:
-            self._bound_then_moved(node)
+        names = tuple(self.option("device-names"))
+        found = factory_move(self.ctx, node, names)
+        chained = chained_factory_move(self.ctx, node, names) if found is None else None
+        if found is None and chained is None:
+            if not self._legacy(node, names):
+                self._bound_then_moved(node)
             return
-        factory_call, factory, move = found
+        factory_call, factory, move, methods = chained or (*found, ())
         if creates_non_leaf(self.ctx, factory_call) or factory in NO_HOST_FILL:
             return  # TL102 requires-grad-then-move; or a tensor the move does not make faster
-        made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
+        if methods:
+            made = f"torch.{factory}(...)" + "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})"
+                                                     for method in methods)
+        else:
+            made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
         shown = f"{made}.{move.method}(...)"
         advice = "create it on the device with `device=`"
         if find_keyword(factory_call, "generator") is not None:  # a CPU generator cannot drive a GPU factory
             advice += " and a generator made on that device (`torch.Generator(device=...)`)"
         self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; {advice}",
-                    create_on_device(self, node, factory_call, factory, move))
+                    create_on_device(self, node, factory_call, factory, move, methods=methods))
+
+    def _legacy(self, node: cst.Call, names: tuple[str, ...]) -> bool:
+        """``torch.LongTensor(n).random_(0, k).to(device)``: a legacy constructor allocates on the
+        host; the fix spells it ``torch.empty(n, dtype=torch.int64, device=device)`` and keeps the
+        fill (unsafe for random fills, as for random factories; no fix when its argument may be
+        data rather than sizes)."""
+        found = legacy_move(self.ctx, node, names)
+        if found is None:
+            return False
+        chain = "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})" for method in found.methods)
+        shown = f"{found.name.split('.')[-1]}(...){chain}.{found.move.method}(...)"
+        dtype = LEGACY_DTYPES.get(found.name)
+        modern = f"torch.empty(...{', dtype=torch.' + dtype if dtype else ''}, device=...)"
+        fix = None if found.modern is None else create_on_device(self, node, found.constructor, "empty", found.move,
+                                                                 methods=found.methods, modern=found.modern)
+        self.report(found.constructor, f"`torch.{shown}`: the legacy constructor makes the tensor on the CPU, then "
+                                       f"it is copied; create it on the device: `{modern}`", fix)
+        return True
+
+    @staticmethod
+    def _has_arguments(node: cst.Call, method: str) -> bool:
+        """Whether the chain's call of ``method`` (under the move ``node``) passes arguments."""
+        call = node.func.value
+        while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+            if call.func.attr.value == method:
+                return bool(call.args)
+            call = call.func.value
+        return False
 
     def _bound_then_moved(self, node: cst.Call) -> None:
         """``z = torch.randn(n, d)`` ... ``z = z.to(device)``: the same host fill and copy, across
