@@ -75,12 +75,20 @@ def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str
     variables = index.names(["Variable"])
     moved = []
     for call in index.calls("cuda", "to"):
+        if through_methods and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.BinOp):
+            scaled = _ast_scaled(call.func.value)  # (torch.ones(n) * i).to(device)
+            if scaled is not None and ast_callee(scaled) in wanted and ast_may_move(index, call, extra_names):
+                moved.append(scaled)
+            continue
         if not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Call):
             continue
         made = call.func.value
         while through_methods and isinstance(made.func, ast.Attribute) and isinstance(made.func.value, ast.Call) \
                 and made.func.attr in CHAINED_METHODS | RANDOM_FILLS:
             made = made.func.value
+        if through_methods and isinstance(made.func, ast.Attribute) and made.func.attr in CHAINED_METHODS \
+                and isinstance(made.func.value, ast.BinOp):
+            made = _ast_scaled(made.func.value) or made  # (torch.ones(n) * i).long().to(device)
         if ast_callee(made) in variables and len(made.args) == 1 and isinstance(made.args[0], ast.Call):
             made = made.args[0]  # Variable(torch.zeros(n)).cuda()
         if ast_callee(made) in wanted and ast_may_move(index, call, extra_names):
@@ -108,6 +116,16 @@ def ast_rebound_moves(index: SyntaxIndex, *factories: str, extra_names: Collecti
                         return True
                     break
     return False
+
+
+def _ast_scaled(value: ast.BinOp) -> ast.Call | None:
+    """The call in ``<call> * x``, ``<call> + x``, ``x - <call>``...: the precheck twin of _scaled."""
+    if not isinstance(value.op, (ast.Mult, ast.Add, ast.Sub)):
+        return None
+    for inner, other in ((value.left, value.right), (value.right, value.left)):
+        if isinstance(inner, ast.Call) and isinstance(other, (ast.Constant, ast.Name)):
+            return inner
+    return None
 
 
 def _ast_single_assignment(statement: ast.stmt) -> str | None:
@@ -175,26 +193,61 @@ def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] 
     return made, factory, target
 
 
-def chained_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
-                         ) -> tuple[cst.Call, str, DeviceMove, tuple[str, ...]] | None:
+@dataclass(frozen=True)
+class ChainedMove:
+    """``(torch.ones(n) * i).long().to(device)``: the factory call and its name, the move, the
+    methods between (innermost first), and the scaling of the factory's result by a number, as
+    written with ``{}`` for the factory (``{} * i``, ``2 * {}``), when there is one."""
+
+    factory_call: cst.Call
+    factory: str
+    move: DeviceMove
+    methods: tuple[str, ...]
+    scaling: str | None = None
+    scaled_by_literal: bool = False
+
+
+SCALINGS = {cst.Multiply: "*", cst.Add: "+", cst.Subtract: "-"}
+
+
+def _scaled(value: cst.BaseExpression) -> tuple[cst.Call, str, bool] | None:
+    """For ``(<call> * x)`` (or ``+``, ``-``, either side) with ``x`` a number or a name: the call,
+    the scaling as written with ``{}`` for the call (``{} * i``) and whether ``x`` is a number
+    literal. One IEEE operation with a scalar rounds the same on every device."""
+    if not isinstance(value, cst.BinaryOperation) or type(value.operator) not in SCALINGS or not value.lpar:
+        return None
+    operator = SCALINGS[type(value.operator)]
+    for inner, other, shown in ((value.left, value.right, "{} %s %s"), (value.right, value.left, "%s %s {}")):
+        if isinstance(inner, cst.Call) and isinstance(other, (cst.Integer, cst.Float, cst.Name)):
+            operands = (operator, other.value) if inner is value.left else (other.value, operator)
+            return inner, shown % operands, not isinstance(other, cst.Name)
+    return None
+
+
+def chained_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()) -> ChainedMove | None:
     """For ``torch.<factory>(...).<methods>().cuda()`` / ``.to(<device>)`` with at least one of
-    CHAINED_METHODS or RANDOM_FILLS between: the factory call, the factory's name, the move and the
-    methods' names, innermost first; None for anything else (a move to the CPU included)."""
+    CHAINED_METHODS or RANDOM_FILLS between, or the factory's result scaled by a number first
+    (``(torch.ones(n) * i).long().to(device)``): the ChainedMove; None for anything else (a move to
+    the CPU included)."""
     move = node.func
-    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to")):
         return None
     made, methods = move.value, []
-    while isinstance(made, cst.Call) and isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
+    while isinstance(made, cst.Call) and isinstance(made.func, cst.Attribute) \
+            and isinstance(made.func.value, (cst.Call, cst.BinaryOperation)) \
             and made.func.attr.value in CHAINED_METHODS | RANDOM_FILLS:
         methods.append(made.func.attr.value)
         made = made.func.value
-    factory = tensor_factory(made, ctx.bindings) if methods else None
+    scaled = _scaled(made)
+    if scaled is not None:
+        made = scaled[0]
+    factory = tensor_factory(made, ctx.bindings) if methods or scaled else None
     if factory is None:
         return None
     target = ctx.devices.move(node, extra_names)
     if target is None or target.to_cpu:
         return None
-    return made, factory, target, tuple(reversed(methods))
+    return ChainedMove(made, factory, target, tuple(reversed(methods)), *(scaled[1:] if scaled else ()))
 
 
 @dataclass(frozen=True)
@@ -282,14 +335,16 @@ def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
 
 def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
                      move: DeviceMove, repairs: bool = False, methods: tuple[str, ...] = (),
-                     modern: cst.Call | None = None) -> FixSpec | None:
+                     modern: cst.Call | None = None, exact_between: bool = True) -> FixSpec | None:
     """The fix that gives the factory the move's device (and dtype) and drops the move: safe for
     deterministic factories, unsafe for random ones and for ``.cuda(x)`` with a variable ``x``, and
     always unsafe when it ``repairs`` a bug (the values the run computes change by design). The
     ``methods`` chained between the factory and the move stay, now run on the device: unsafe when
     one fills with random numbers; no fix when the move also converts (two conversions). A legacy
     constructor is replaced by its ``modern`` spelling (``torch.empty(..., dtype=)``), which the
-    device then fills."""
+    device then fills. ``exact_between``: False when what runs between the factory and the move
+    is not known to give the same values on the device (a scaling by a name, which may be a tensor
+    that stays on the CPU)."""
     if not move.understood or any(a.star == "**" for a in factory_call.args) \
             or find_keyword(factory_call, "pin_memory") is not None:
         return None  # the factory may already carry `device`, or the move does more than move
@@ -307,11 +362,12 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
             return None  # two conversions: their order matters
         new = set_keyword(new, "dtype", move.dtype)
         safe = safe and factory in EXACT_FACTORIES
-    safe = safe and not RANDOM_FILLS.intersection(methods)
+    safe = safe and exact_between and not RANDOM_FILLS.intersection(methods)
     if node.func.value is not factory_call:
         # `Variable(factory(...)).cuda()` -> `Variable(factory(..., device=))`;
         # `factory(...).long().cuda()` -> `factory(..., device=).long()`
         new = node.func.value.deep_replace(factory_call, new)
-    new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
+    if not isinstance(new, cst.BinaryOperation):  # `(ones(n) * i).to(d)` -> `(ones(n, device=d) * i)`: its parentheses
+        new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
     return rule.fix("Create the tensor on the device", rule.replace(node, new),
                     applicability="safe" if safe and not repairs else "unsafe")

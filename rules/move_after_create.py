@@ -9,7 +9,8 @@ between reading it: `z = torch.randn(n, d)` ... `z = z.to(device)`.
 
 Also found with methods between the factory and the move that the device would compute the same
 way: casts, views and fills (`torch.zeros(n).float().cuda()`, `torch.arange(n).view(1, -1).to(device)`,
-`torch.empty(n).uniform_(-1, 1).cuda()`). And with the pre-0.4 typed constructors given sizes,
+`torch.empty(n).uniform_(-1, 1).cuda()`), or with the result scaled by a number first
+(`(torch.ones(n) * i).long().to(device)`). And with the pre-0.4 typed constructors given sizes,
 which allocate on the CPU as `torch.empty` does: `torch.ByteTensor(size=(n,)).to("cuda")`,
 `torch.Tensor(b, b).fill_(v).to(device)`, `torch.LongTensor(8).random_(0, k).cuda()`. A typed
 constructor given one argument that is not a number may be given data (`torch.LongTensor(labels)`),
@@ -70,7 +71,9 @@ and the move (the rewrite would drop it). Across statements the fix adds `device
 the statement that moves it, with the same tiers; no fix when a comment sits above that
 statement. Methods between the factory and the move stay, and now run on the device:
 `torch.zeros(n, device="cuda").float()`. That is safe for casts, views and fills with a value,
-and unsafe for fills with random numbers, which the device's generator draws differently. There is no fix
+and for a scaling by a number literal (one IEEE operation rounds the same everywhere). It is unsafe
+for fills with random numbers, which the device's generator draws differently, and for a scaling by
+a name, which may hold a CPU tensor that would then meet a CUDA one. There is no fix
 when the move also converts the dtype: the two conversions would swap order. A typed constructor
 becomes `torch.empty(<sizes>, dtype=<its dtype>, device=...)`, with the same tiers (`torch.empty`
 counts as deterministic, as above). There is no fix when its one argument may be data, or when it was
@@ -131,12 +134,15 @@ class MoveAfterCreate(Rule):
             if not self._legacy(node, names):
                 self._bound_then_moved(node)
             return
-        factory_call, factory, move, methods = chained or (*found, ())
+        factory_call, factory, move = (chained.factory_call, chained.factory, chained.move) if chained else found
+        methods = chained.methods if chained else ()
         if creates_non_leaf(self.ctx, factory_call) or factory in NO_HOST_FILL:
             return  # TL102 requires-grad-then-move; or a tensor the move does not make faster
-        if methods:
-            made = f"torch.{factory}(...)" + "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})"
-                                                     for method in methods)
+        if chained:
+            made = f"torch.{factory}(...)"
+            if chained.scaling:
+                made = "(" + chained.scaling.format(made) + ")"
+            made += "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})" for method in methods)
         else:
             made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
         shown = f"{made}.{move.method}(...)"
@@ -144,7 +150,8 @@ class MoveAfterCreate(Rule):
         if find_keyword(factory_call, "generator") is not None:  # a CPU generator cannot drive a GPU factory
             advice += " and a generator made on that device (`torch.Generator(device=...)`)"
         self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; {advice}",
-                    create_on_device(self, node, factory_call, factory, move, methods=methods))
+                    create_on_device(self, node, factory_call, factory, move, methods=methods,
+                                     exact_between=not chained or not chained.scaling or chained.scaled_by_literal))
 
     def _legacy(self, node: cst.Call, names: tuple[str, ...]) -> bool:
         """``torch.LongTensor(n).random_(0, k).to(device)``: a legacy constructor allocates on the
