@@ -6,6 +6,14 @@ bias whose output goes straight into a BatchNorm of the same dimension: adjacent
 `nn.Sequential` (positional or `OrderedDict`), or in a module whose `forward` calls
 `self.bn(self.conv(x))` or `x = self.conv(x)` then `x = self.bn(x)`.
 
+Also in the layer lists a function builds and unpacks into `nn.Sequential(*layers)`: adjacent in
+one list literal (`layers += [conv, nn.BatchNorm2d(c), nn.ReLU()]`, `layers.extend([...])`), or
+appended by two statements in a row (`layers.append(conv)` then `layers.append(nn.BatchNorm2d(c))`).
+The conv may be bound to a name first (`conv2d = nn.Conv2d(...)`, as torchvision's VGG
+`make_layers` does). And when the layer comes from a helper of the project's, in any module:
+`self.conv1 = conv3x3(c, c)` where `def conv3x3(...): return nn.Conv2d(...)`, the bias read
+through the helper's own `bias` parameter when it has one.
+
 ## Why is it slow
 
 BatchNorm subtracts the per-channel mean of its input, and a per-channel bias added just before
@@ -42,7 +50,11 @@ Unsafe. The outputs are unchanged, but the module's `state_dict` loses the `conv
 existing checkpoints no longer load with `strict=True`, and code that reads `layer.bias` finds
 `None`. The fix is withheld in files that read a `.bias` attribute (weight initialisation loops
 often call `nn.init.zeros_(m.bias)`, which fails on `None`), and the rule is silent when the layer
-is called anywhere else in the module, or when anything sits between the layer and the norm.
+is called anywhere else in the module, or when anything sits between the layer and the norm. No fix
+for a layer bound to a name that is also used elsewhere (SSD's `vgg` lists the same conv with a norm
+under `if batch_norm:` and without one otherwise). No fix for a helper's layer either: the fix
+belongs in the helper, whose other callers may use it without a norm. The finding points to where
+the helper builds the layer.
 
 ## References
 
@@ -60,6 +72,7 @@ from dataclasses import dataclass, field
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
                                        is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
+from torchlint.analysis.calls import ast_call_summary, related, where
 from torchlint.analysis.index import span
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
@@ -75,6 +88,7 @@ NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNo
          "torch.nn.modules.batchnorm.BatchNorm1d": 1, "torch.nn.modules.batchnorm.BatchNorm2d": 2,
          "torch.nn.modules.batchnorm.BatchNorm3d": 3, "torch.nn.SyncBatchNorm": 0}
 SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
+LAYER_DIMENSIONS = {"Conv1d": 1, "Conv2d": 2, "Conv3d": 3, "Linear": 1}  # a helper's layer (summaries.Layer.kind)
 READS_BIAS = re.compile(r"\.bias\b")  # e.g. nn.init.zeros_(m.bias): fails once the bias is None
 ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
 
@@ -87,6 +101,21 @@ def _may_keep_bias(call: ast.Call, position: int) -> bool:
     if any(isinstance(arg, ast.Starred) for arg in call.args[:position + 1]):
         return True  # `*args` may hold it
     return not (len(call.args) > position and ast_is_literal(call.args[position], False))
+
+
+def _ast_layer_slots(index: SyntaxIndex) -> list[ast.Call]:
+    """The calls whose result may be a layer that feeds a norm: the modules of an ``nn.Sequential``
+    and the values assigned to ``self.<name>``."""
+    slots = [a for sequential in index.calls_of(SEQUENTIAL) for a in sequential.args if isinstance(a, ast.Call)]
+    slots += [node.value for node in index.nodes(ast.Assign) if isinstance(node.value, ast.Call)
+              and len(node.targets) == 1 and _ast_self_attribute(node.targets[0]) is not None]
+    return slots
+
+
+def _ast_helper_layer(index: SyntaxIndex, call: ast.Call) -> bool:
+    """The precheck twin of ``_helper_layer``, loosely: the project's function returns a layer."""
+    summary = ast_call_summary(index, call)
+    return summary is not None and summary.returns_layer is not None
 
 
 def _ast_self_attribute(expr: ast.AST) -> str | None:
@@ -164,12 +193,30 @@ def _between(index: SyntaxIndex, before: ast.AST, after: ast.AST) -> bytes:
 
 
 @dataclass
+class _ListLayers:
+    """What one function builds for ``nn.Sequential(*layers)``: its list literals and ``append``
+    calls by list name, the names the Sequential unpacks, the calls bound to names, and how often
+    each name occurs (to tell a layer bound once and used only in the list)."""
+
+    literals: list[tuple[str, list[cst.BaseExpression]]] = field(default_factory=list)
+    appends: list[tuple[str, int, int, cst.BaseExpression]] = field(default_factory=list)  # name, block, index, item
+    unpacked: set[str] = field(default_factory=set)
+    bound: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    occurrences: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class _ClassLayers:
     """What one module class defines (``self.x = nn.Conv2d(...)``) and how forward uses it."""
 
     layers: dict[str, cst.Call] = field(default_factory=dict)
     uses: dict[str, int] = field(default_factory=dict)
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (layer, norm) fed directly
+
+
+def _items(literal: cst.List | cst.Tuple) -> list[cst.BaseExpression | None]:
+    """A list literal's items in order; None for ``*unpacked`` ones, which no layer pairs across."""
+    return [e.value if isinstance(e, cst.Element) else None for e in literal.elements]
 
 
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
@@ -187,7 +234,7 @@ class BiasBeforeNorm(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return "BatchNorm" in text and ("Conv" in text or "Linear" in text)
+        return "BatchNorm" in text  # the layer may come from a helper of any name (`conv3x3(c, c)`)
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
@@ -198,7 +245,11 @@ class BiasBeforeNorm(Rule):
             return False
         biased = {id(call) for name, (_, position) in BIASED_LAYERS.items()
                   for call in index.calls_of([name]) if _may_keep_bias(call, position)}
+        # the project's helpers that return a layer (`self.conv1 = conv3x3(c, c)`, or in a Sequential)
+        biased |= {id(call) for call in _ast_layer_slots(index) if _ast_helper_layer(index, call)}
         for sequential in index.calls_of(SEQUENTIAL):
+            if any(isinstance(a, ast.Starred) for a in sequential.args):
+                return True  # nn.Sequential(*layers): the lists and appends that built `layers`
             modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
             if len(modules) == 1 and index.is_call(modules[0], "OrderedDict"):  # nn.Sequential(OrderedDict([...]))
                 pairs = modules[0].args[0] if len(modules[0].args) == 1 else None
@@ -213,7 +264,9 @@ class BiasBeforeNorm(Rule):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.classes: list[_ClassLayers] = []
-        self.candidates: list[cst.Call] = []
+        self.functions: list[_ListLayers] = []
+        # (the layer call, whether a fix may set its bias, the helper's layer when it is a helper's call)
+        self.candidates: list[tuple[cst.Call, bool, object]] = []
 
     # which layer feeds which norm ---------------------------------------------------------
     def _dimension(self, call: cst.BaseExpression, table: dict) -> int | None:
@@ -231,13 +284,44 @@ class BiasBeforeNorm(Rule):
         bias = find_argument(layer, "bias", index)
         return bias is None or not is_literal(bias.value, False)
 
-    def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression) -> None:
+    def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression, fixable: bool = True) -> None:
         if self._feeds(layer, norm) and self._has_bias(layer):
-            self.candidates.append(layer)
+            self.candidates.append((layer, fixable, None))
+        elif isinstance(layer, cst.Call) and self._dimension(norm, NORMS) is not None \
+                and self._dimension(layer, BIASED_LAYERS) is None:
+            helper = self._helper_layer(layer)
+            if helper is not None and NORMS[self.ctx.qualified_name(norm.func)] in (0, LAYER_DIMENSIONS[helper.kind]):
+                self.candidates.append((layer, False, helper))
+
+    def _helper_layer(self, call: cst.Call):
+        """The fresh Conv/Linear with its bias on that a call of the project's own function returns
+        (``conv3x3(c, c)`` returning ``nn.Conv2d(...)``), its bias read through the call's
+        arguments when the helper passes a parameter of its own (``bias=bias``)."""
+        if has_star_args(call):
+            return None
+        resolved = self.ctx.calls.resolve(call)
+        summary = resolved.function if resolved is not None else None
+        layer = summary.returns_layer if summary is not None else None
+        if layer is None:
+            return None
+        bias = layer.bias
+        if bias == "parameter":
+            positional = [arg.value for arg in call.args if arg.keyword is None]
+            keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+            passed = summary.argument_for(layer.parameter.index, resolved.bound, len(positional), list(keywords))
+            if passed is None:
+                bias = summary.defaults[layer.parameter.index] or "unknown"
+            else:
+                value = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
+                bias = "True" if value is not None and is_literal(value, True) else \
+                    "False" if value is not None and is_literal(value, False) else "unknown"
+        return layer if bias in ("default", "True") else None
 
     # nn.Sequential ------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
+        if self.functions:
+            self._record_list_call(node, name)
         if name in SEQUENTIAL:
             modules = [a.value for a in node.args if not a.star and a.keyword is None]
             if len(modules) == 1 and isinstance(modules[0], cst.Call) and \
@@ -261,11 +345,92 @@ class BiasBeforeNorm(Rule):
                 return []
         return modules
 
+    # layer lists: layers += [conv, nn.BatchNorm2d(c)] ... nn.Sequential(*layers) ----------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(_ListLayers())
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self.functions:
+            occurrences = self.functions[-1].occurrences
+            occurrences[node.value] = occurrences.get(node.value, 0) + 1
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self.functions and isinstance(node.operator, cst.AddAssign) and isinstance(node.target, cst.Name) \
+                and isinstance(node.value, (cst.List, cst.Tuple)):
+            self.functions[-1].literals.append((node.target.value, _items(node.value)))
+
+    def _record_list_assignment(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        target = node.targets[0].target.value
+        frame = self.functions[-1]
+        if isinstance(node.value, cst.List):
+            frame.literals.append((target, _items(node.value)))
+        frame.bound.setdefault(target, []).append(node.value)
+
+    def _record_list_call(self, node: cst.Call, name: str | None) -> None:
+        frame = self.functions[-1]
+        if name in SEQUENTIAL:
+            frame.unpacked.update(a.value.value for a in node.args if a.star == "*" and isinstance(a.value, cst.Name))
+            return
+        method = node.func
+        if not (isinstance(method, cst.Attribute) and isinstance(method.value, cst.Name) and len(node.args) == 1
+                and not node.args[0].star and node.args[0].keyword is None):
+            return
+        if method.attr.value == "extend" and isinstance(node.args[0].value, (cst.List, cst.Tuple)):
+            frame.literals.append((method.value.value, _items(node.args[0].value)))
+        elif method.attr.value == "append":
+            position = self.ctx.statement_position()
+            statement = position[0] if position else None
+            if statement is not None and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                    and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is node:
+                frame.appends.append((method.value.value, id(position[1]), position[2], node.args[0].value))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        frame = self.functions.pop()
+        pairs = [(layer, norm) for name, items in frame.literals if name in frame.unpacked
+                 for layer, norm in zip(items, items[1:])]
+        by_list: dict[str, list[tuple[int, int, cst.BaseExpression]]] = {}
+        for name, block, index, item in frame.appends:
+            if name in frame.unpacked:
+                by_list.setdefault(name, []).append((block, index, item))
+        for items in by_list.values():
+            items.sort(key=lambda entry: entry[:2])
+            pairs += [(a[2], b[2]) for a, b in zip(items, items[1:]) if a[0] == b[0] and b[1] == a[1] + 1]
+        in_pairs: dict[str, int] = {}
+        resolved = []
+        for layer, norm in pairs:
+            if layer is None or norm is None:
+                continue
+            layer_call, layer_name = self._bound_call(layer, frame), layer.value if isinstance(layer, cst.Name) else None
+            norm_call = self._bound_call(norm, frame)
+            if layer_call is None or norm_call is None or self._dimension(norm_call, NORMS) is None:
+                continue
+            if layer_name is not None:
+                in_pairs[layer_name] = in_pairs.get(layer_name, 0) + 1
+            resolved.append((layer_call, norm_call, layer_name))
+        for layer_call, norm_call, layer_name in resolved:
+            # a layer bound to a name is fixed only when the name is used nowhere but before norms
+            fixable = layer_name is None or frame.occurrences.get(layer_name, 0) == 1 + in_pairs[layer_name]
+            self._candidate(layer_call, norm_call, fixable)
+
+    @staticmethod
+    def _bound_call(item: cst.BaseExpression, frame: _ListLayers) -> cst.Call | None:
+        """A list item's layer call: the item itself, or the one call a name is bound to in the function."""
+        if isinstance(item, cst.Call):
+            return item
+        if isinstance(item, cst.Name) and len(frame.bound.get(item.value, ())) == 1 \
+                and isinstance(frame.bound[item.value][0], cst.Call):
+            return frame.bound[item.value][0]
+        return None
+
     # module classes: self.conv = nn.Conv2d(...) in __init__, self.bn(self.conv(x)) in forward ----
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(_ClassLayers())
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if self.functions:
+            self._record_list_assignment(node)
         if self.classes and len(node.targets) == 1 and isinstance(node.value, cst.Call):
             attribute = _self_attribute(node.targets[0].target)
             if attribute is not None:
@@ -317,11 +482,21 @@ class BiasBeforeNorm(Rule):
     # report at the end, once we know whether the file reads `.bias` ----------------------------
     def leave_Module(self, original_node: cst.Module) -> None:
         reads_bias = READS_BIAS.search(self.ctx.source) is not None
-        for layer in self.candidates:
+        seen = set()
+        for layer, fixable, helper in self.candidates:
+            if id(layer) in seen:
+                continue
+            seen.add(id(layer))
+            if helper is not None:
+                self.report(layer, f"this call returns a `{helper.kind}` whose bias is cancelled by the BatchNorm that "
+                                   f"follows it (built at {where(helper.effect)}); build it with `bias=False` "
+                                   "(a small gain: one parameter per channel)",
+                            related=(related(helper.effect, f"the `{helper.kind}` is built here with its bias"),))
+                continue
             kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
             self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "
                                "pass `bias=False` (a small gain: one parameter per channel)",
-                        None if reads_bias else self._fix(layer))
+                        None if reads_bias or not fixable else self._fix(layer))
 
     def _fix(self, layer: cst.Call):
         if has_star_args(layer):

@@ -1,0 +1,74 @@
+"""TL401 bias-before-norm across the project's helpers and layer lists (issue 12, shape 3): a conv
+returned by a helper of another module feeds a BatchNorm; the finding is at the call, points into
+the helper, and carries no fix (the fix belongs in the helper, which other callers may use without
+a norm). The prechecks must not hide it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchlint import engine
+from torchlint.config import resolve_settings
+
+LAYERS = """
+    import torch.nn as nn
+
+
+    def conv3x3(in_planes, out_planes, stride=1, bias=True):
+        return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1, bias=bias)
+
+
+    def conv1x1(in_planes, out_planes):
+        return nn.Conv2d(in_planes, out_planes, kernel_size=1, bias=False)
+"""
+
+MODEL = """
+    import torch.nn as nn
+
+    from layers import conv1x1, conv3x3
+
+
+    class Block(nn.Module):
+        def __init__(self, planes):
+            super().__init__()
+            self.conv1 = {first}
+            self.bn1 = nn.BatchNorm2d(planes)
+
+        def forward(self, x):
+            return self.bn1(self.conv1(x))
+"""
+
+CASES = {
+    "helper-default-bias": ("conv3x3(planes, planes)", 1),
+    "helper-bias-passed-true": ("conv3x3(planes, planes, bias=True)", 1),
+    "helper-bias-passed-false": ("conv3x3(planes, planes, bias=False)", 0),
+    "helper-without-bias": ("conv1x1(planes, planes)", 0),
+}
+
+
+def lint(root: Path, first: str, prechecks: bool = True, monkeypatch=None) -> list:
+    (root / "layers.py").write_text(textwrap.dedent(LAYERS).lstrip(), encoding="utf-8")
+    source = textwrap.dedent(MODEL).lstrip().format(first=first)
+    path = root / "model.py"
+    path.write_text(source, encoding="utf-8")
+    if not prechecks:
+        monkeypatch.setattr(engine, "_prechecked", lambda rules, *args, **kwargs: rules)
+    return engine.lint_source(source, str(path), resolve_settings(root, isolated=True, select=["TL401"]))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_helper_of_another_module_that_returns_a_biased_conv(tmp_path, monkeypatch, name):
+    first, expected = CASES[name]
+    found = lint(tmp_path, first)
+    assert len(found) == expected
+    assert lint(tmp_path, first, prechecks=False, monkeypatch=monkeypatch) == found  # the prechecks hide nothing
+    if found:
+        [finding] = found
+        assert finding.line == 8 and finding.fix is None  # 0-based: `self.conv1 = ...`
+        assert "returns a `Conv2d` whose bias is cancelled by the BatchNorm that follows it (built at layers.py:5)" \
+            in finding.message
+        [place] = finding.related
+        assert (Path(place.path).name, place.line) == ("layers.py", 4)  # 0-based, as LSP's
