@@ -52,9 +52,11 @@ existing checkpoints no longer load with `strict=True`, and code that reads `lay
 often call `nn.init.zeros_(m.bias)`, which fails on `None`), and the rule is silent when the layer
 is called anywhere else in the module, or when anything sits between the layer and the norm. No fix
 for a layer bound to a name that is also used elsewhere (SSD's `vgg` lists the same conv with a norm
-under `if batch_norm:` and without one otherwise). No fix for a helper's layer either: the fix
-belongs in the helper, whose other callers may use it without a norm. The finding points to where
-the helper builds the layer.
+under `if batch_norm:` and without one otherwise). A helper's layer is fixed at the call, by passing
+`False` to the helper's own parameter that sets the bias (`conv3x3(c, c, bias=False)`), which changes
+this call alone. A helper without such a parameter gets no fix: the fix would belong in the helper,
+whose other callers may use it without a norm. The finding points to where the helper builds the
+layer.
 
 ## References
 
@@ -290,13 +292,14 @@ class BiasBeforeNorm(Rule):
         elif isinstance(layer, cst.Call) and self._dimension(norm, NORMS) is not None \
                 and self._dimension(layer, BIASED_LAYERS) is None:
             helper = self._helper_layer(layer)
-            if helper is not None and NORMS[self.ctx.qualified_name(norm.func)] in (0, LAYER_DIMENSIONS[helper.kind]):
-                self.candidates.append((layer, False, helper))
+            if helper is not None and NORMS[self.ctx.qualified_name(norm.func)] in (0, LAYER_DIMENSIONS[helper[0].kind]):
+                self.candidates.append((layer, fixable, helper))
 
     def _helper_layer(self, call: cst.Call):
         """The fresh Conv/Linear with its bias on that a call of the project's own function returns
-        (``conv3x3(c, c)`` returning ``nn.Conv2d(...)``), its bias read through the call's
-        arguments when the helper passes a parameter of its own (``bias=bias``)."""
+        (``conv3x3(c, c)`` returning ``nn.Conv2d(...)``), with the name of the helper's parameter
+        that sets that bias (``def conv3x3(..., bias=True)``, passed on as ``bias=bias``), when it
+        has one: the call can then pass ``False`` there."""
         if has_star_args(call):
             return None
         resolved = self.ctx.calls.resolve(call)
@@ -304,18 +307,19 @@ class BiasBeforeNorm(Rule):
         layer = summary.returns_layer if summary is not None else None
         if layer is None:
             return None
-        bias = layer.bias
+        bias, parameter, argument = layer.bias, None, None
         if bias == "parameter":
-            positional = [arg.value for arg in call.args if arg.keyword is None]
-            keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+            parameter = summary.parameters[layer.parameter.index]
+            positional = [arg for arg in call.args if arg.keyword is None]
+            keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
             passed = summary.argument_for(layer.parameter.index, resolved.bound, len(positional), list(keywords))
             if passed is None:
                 bias = summary.defaults[layer.parameter.index] or "unknown"
             else:
-                value = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
-                bias = "True" if value is not None and is_literal(value, True) else \
-                    "False" if value is not None and is_literal(value, False) else "unknown"
-        return layer if bias in ("default", "True") else None
+                argument = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
+                bias = "True" if argument is not None and is_literal(argument.value, True) else \
+                    "False" if argument is not None and is_literal(argument.value, False) else "unknown"
+        return (layer, parameter, argument) if bias in ("default", "True") else None
 
     # nn.Sequential ------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -488,10 +492,17 @@ class BiasBeforeNorm(Rule):
                 continue
             seen.add(id(layer))
             if helper is not None:
-                self.report(layer, f"this call returns a `{helper.kind}` whose bias is cancelled by the BatchNorm that "
-                                   f"follows it (built at {where(helper.effect)}); build it with `bias=False` "
-                                   "(a small gain: one parameter per channel)",
-                            related=(related(helper.effect, f"the `{helper.kind}` is built here with its bias"),))
+                built, parameter, argument = helper
+                advice = f"pass `{parameter}=False`" if parameter else "build it with `bias=False`"
+                fix = None
+                if parameter and fixable and not reads_bias:
+                    new = replace_arg_value(layer, argument, cst.Name("False")) if argument is not None else \
+                        set_keyword(layer, parameter, cst.Name("False"))
+                    fix = self.fix(f"Pass `{parameter}=False`", self.replace(layer, new))
+                self.report(layer, f"this call returns a `{built.kind}` whose bias is cancelled by the BatchNorm that "
+                                   f"follows it (built at {where(built.effect)}); {advice} "
+                                   "(a small gain: one parameter per channel)", fix,
+                            related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))
                 continue
             kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
             self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "

@@ -1,7 +1,8 @@
 """TL401 bias-before-norm across the project's helpers and layer lists (issue 12, shape 3): a conv
-returned by a helper of another module feeds a BatchNorm; the finding is at the call, points into
-the helper, and carries no fix (the fix belongs in the helper, which other callers may use without
-a norm). The prechecks must not hide it."""
+returned by a helper of another module feeds a BatchNorm; the finding is at the call and points
+into the helper. Its fix passes `False` to the helper's own bias parameter when it has one; without
+one, there is no fix (it would belong in the helper, which other callers may use without a norm).
+The prechecks must not hide it."""
 
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ LAYERS = """
 
     def conv1x1(in_planes, out_planes):
         return nn.Conv2d(in_planes, out_planes, kernel_size=1, bias=False)
+
+
+    def conv5x5(in_planes, out_planes):
+        return nn.Conv2d(in_planes, out_planes, kernel_size=5, padding=2)
 """
 
 MODEL = """
     import torch.nn as nn
 
-    from layers import conv1x1, conv3x3
+    from layers import conv1x1, conv3x3, conv5x5
 
 
     class Block(nn.Module):
@@ -41,11 +46,12 @@ MODEL = """
             return self.bn1(self.conv1(x))
 """
 
-CASES = {
-    "helper-default-bias": ("conv3x3(planes, planes)", 1),
-    "helper-bias-passed-true": ("conv3x3(planes, planes, bias=True)", 1),
-    "helper-bias-passed-false": ("conv3x3(planes, planes, bias=False)", 0),
-    "helper-without-bias": ("conv1x1(planes, planes)", 0),
+CASES = {  # the call, and what the fix makes of it (None: reported without a fix; "": not reported)
+    "helper-default-bias": ("conv3x3(planes, planes)", "conv3x3(planes, planes, bias=False)"),
+    "helper-bias-passed-true": ("conv3x3(planes, planes, 1, True)", "conv3x3(planes, planes, 1, False)"),
+    "helper-bias-passed-false": ("conv3x3(planes, planes, bias=False)", ""),
+    "helper-without-bias": ("conv1x1(planes, planes)", ""),
+    "helper-without-a-bias-parameter": ("conv5x5(planes, planes)", None),
 }
 
 
@@ -61,14 +67,16 @@ def lint(root: Path, first: str, prechecks: bool = True, monkeypatch=None) -> li
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_helper_of_another_module_that_returns_a_biased_conv(tmp_path, monkeypatch, name):
-    first, expected = CASES[name]
+    first, fixed = CASES[name]
     found = lint(tmp_path, first)
-    assert len(found) == expected
+    assert len(found) == (fixed != "")
     assert lint(tmp_path, first, prechecks=False, monkeypatch=monkeypatch) == found  # the prechecks hide nothing
     if found:
         [finding] = found
-        assert finding.line == 8 and finding.fix is None  # 0-based: `self.conv1 = ...`
-        assert "returns a `Conv2d` whose bias is cancelled by the BatchNorm that follows it (built at layers.py:5)" \
-            in finding.message
+        assert finding.line == 8  # 0-based: `self.conv1 = ...`
+        built = 12 if "conv5x5" in first else 4  # 0-based, as LSP's
+        assert f"returns a `Conv2d` whose bias is cancelled by the BatchNorm that follows it (built at layers.py:" \
+               f"{built + 1})" in finding.message
         [place] = finding.related
-        assert (Path(place.path).name, place.line) == ("layers.py", 4)  # 0-based, as LSP's
+        assert (Path(place.path).name, place.line) == ("layers.py", built)
+        assert (finding.fix and finding.fix.edits[0].text) == fixed
