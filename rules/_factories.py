@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES, DeviceMove, ast_may_move,
                                         tensor_factory)
+from torchlint.analysis.calls import ast_call_summary
 from torchlint.analysis.index import SyntaxIndex
+from torchlint.analysis.summaries import Factory
 from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal, names_in
 from torchlint.fixes import FixSpec, set_keyword
 from torchlint.lazy import libcst as cst
@@ -115,6 +117,22 @@ def ast_rebound_moves(index: SyntaxIndex, *factories: str, extra_names: Collecti
                     if isinstance(made, ast.Call) and ast_callee(made) in wanted:
                         return True
                     break
+    return False
+
+
+def ast_helper_factory_moves(index: SyntaxIndex, extra_names: Collection[str] | None = None) -> bool:
+    """The precheck twin of helper_factory_move: a move of what a call of the project's own function
+    returns (maybe through CHAINED_METHODS), where that function returns a tensor a factory made on
+    the CPU."""
+    for call in index.calls("cuda", "to"):
+        made = call.func.value if isinstance(call.func, ast.Attribute) else None
+        while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
+                and made.func.attr in CHAINED_METHODS and isinstance(made.func.value, ast.Call):
+            made = made.func.value
+        if isinstance(made, ast.Call) and ast_may_move(index, call, extra_names):
+            summary = ast_call_summary(index, made)
+            if summary is not None and summary.returns_factory is not None:
+                return True
     return False
 
 
@@ -306,6 +324,30 @@ def _legacy_sizes(call: cst.Call) -> bool | None:
     if len(positional) == 1:
         return isinstance(positional[0].value, cst.Integer)
     return None
+
+
+def helper_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()
+                        ) -> tuple[cst.Call, Factory, DeviceMove] | None:
+    """For ``helper(...).to(<device>)`` (or ``.cuda()``, maybe after CHAINED_METHODS) where
+    ``helper`` is the project's own function and returns a tensor that a factory made on the CPU
+    (``return torch.linspace(...)``): the helper's call, that factory, and the move."""
+    move = node.func
+    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+        return None
+    made = move.value
+    while isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
+            and made.func.attr.value in CHAINED_METHODS:
+        made = made.func.value
+    if tensor_factory(made, ctx.bindings) is not None or ctx.qualified_name(made.func) in LEGACY_CONSTRUCTORS:
+        return None  # torch's own: factory_move and legacy_move
+    summary = ctx.calls.summary(made)
+    factory = summary.returns_factory if summary is not None else None
+    if factory is None or factory.name in NO_HOST_FILL:
+        return None
+    target = ctx.devices.move(node, extra_names)
+    if target is None or target.to_cpu:
+        return None
+    return made, factory, target
 
 
 def _unwrapped(value: cst.Call, ctx: RuleContext) -> cst.BaseExpression:

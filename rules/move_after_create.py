@@ -17,6 +17,11 @@ constructor given one argument that is not a number may be given data (`torch.Lo
 which must be copied anyway; it is reported only when a fill follows it, because the fill replaces
 whatever it was given.
 
+Also when the factory sits in a function of the project's, in any module, whose result the caller
+moves: `self.beta = self.prepare_noise_schedule().to(device)` where the method returns
+`torch.linspace(...)`. The finding is at the call and points to the factory. There is no fix:
+`device=` belongs in the function, whose other callers may want the CPU tensor.
+
 Not reported, because the move costs nothing that `device=` would save: `torch.tensor(data)` and
 `torch.as_tensor(data)` (the data is on the host and is copied to the device either way), and the
 `*_like` factories (`torch.zeros_like(x)` is made on `x`'s device, so `.to(x.device)` does
@@ -103,7 +108,9 @@ from torchlint.fixes import set_keyword
 from torchlint.rules._factories import LEGACY_CONSTRUCTORS as LEGACY_DTYPES
 from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, ast_moved_calls, ast_rebound_moves,
                                         bound_factory_move, chained_factory_move, create_on_device, creates_non_leaf,
-                                        factory_move, legacy_move, rebound_move_in)
+                                        factory_move, helper_factory_move, legacy_move, rebound_move_in)
+from torchlint.rules._factories import ast_helper_factory_moves
+from torchlint.analysis.calls import related, where
 
 
 class MoveAfterCreate(Rule):
@@ -124,14 +131,14 @@ class MoveAfterCreate(Rule):
         names = index.rule_option(cls.name, "device-names", cls.options["device-names"][1])  # None: not known
         legacy = [name.split(".")[-1] for name in LEGACY_DTYPES]
         return bool(ast_moved_calls(index, *factories, *legacy, extra_names=names, through_methods=True)) \
-            or ast_rebound_moves(index, *factories, extra_names=names)
+            or ast_rebound_moves(index, *factories, extra_names=names) or ast_helper_factory_moves(index, names)
 
     def visit_Call(self, node: cst.Call) -> None:
         names = tuple(self.option("device-names"))
         found = factory_move(self.ctx, node, names)
         chained = chained_factory_move(self.ctx, node, names) if found is None else None
         if found is None and chained is None:
-            if not self._legacy(node, names):
+            if not self._legacy(node, names) and not self._from_helper(node, names):
                 self._bound_then_moved(node)
             return
         factory_call, factory, move = (chained.factory_call, chained.factory, chained.move) if chained else found
@@ -169,6 +176,21 @@ class MoveAfterCreate(Rule):
                                                                  methods=found.methods, modern=found.modern)
         self.report(found.constructor, f"`torch.{shown}`: the legacy constructor makes the tensor on the CPU, then "
                                        f"it is copied; create it on the device: `{modern}`", fix)
+        return True
+
+    def _from_helper(self, node: cst.Call, names: tuple[str, ...]) -> bool:
+        """``self.prepare_noise_schedule().to(device)`` where the project's function returns
+        ``torch.linspace(...)`` made on the CPU: reported at the call, pointing to the factory; no
+        fix (``device=`` belongs in the helper, whose other callers may want the CPU tensor)."""
+        found = helper_factory_move(self.ctx, node, names)
+        if found is None:
+            return False
+        call, factory, move = found
+        callee = self.ctx.code_for(call.func).strip()
+        self.report(call, f"`{callee}(...)` returns a tensor that `torch.{factory.name}(...)` fills on the CPU "
+                          f"({where(factory.effect)}), then `.{move.method}(...)` copies it to the device; create it "
+                          "there with `device=` in the function",
+                    related=(related(factory.effect, f"`torch.{factory.name}(...)` makes the tensor on the CPU here"),))
         return True
 
     @staticmethod
