@@ -105,6 +105,41 @@ def _may_keep_bias(call: ast.Call, position: int) -> bool:
     return not (len(call.args) > position and ast_is_literal(call.args[position], False))
 
 
+def _ast_unpacked_pair(index: SyntaxIndex, biased: set[int], norms: set[int]) -> bool:
+    """The precheck twin of ``leave_FunctionDef``, loosely: in a function that unpacks a name into
+    ``nn.Sequential(*name)``, the lists and appends of that name hold a layer that may keep its
+    bias (a call, a name bound to one, or a helper's call) and a norm, in any order."""
+    sequentials = {id(call) for call in index.calls_of(SEQUENTIAL)
+                   if any(isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) for a in call.args)}
+    if not sequentials:
+        return False
+    for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
+        nodes = list(ast.walk(function))  # nested functions too: a precheck may say yes more often
+        unpacked = {a.value.id for node in nodes if id(node) in sequentials for a in node.args
+                    if isinstance(a, ast.Starred) and isinstance(a.value, ast.Name)}
+        if not unpacked:
+            continue
+        items, bound = [], {}
+        for node in nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                bound.setdefault(node.targets[0].id, []).append(node.value)
+                if node.targets[0].id in unpacked and isinstance(node.value, ast.List):
+                    items += node.value.elts
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                    and node.target.id in unpacked and isinstance(node.value, (ast.List, ast.Tuple)):
+                items += node.value.elts
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id in unpacked and len(node.args) == 1:
+                items += node.args[0].elts if isinstance(node.args[0], (ast.List, ast.Tuple)) else [node.args[0]]
+        calls = [value for item in items for value in ([item] if isinstance(item, ast.Call) else
+                                                       bound.get(item.id, ()) if isinstance(item, ast.Name) else ())]
+        if any(id(call) in norms for call in calls) and any(
+                id(call) in biased or isinstance(call, ast.Call) and _ast_helper_layer(index, call) for call in calls):
+            return True
+    return False
+
+
 def _ast_layer_slots(index: SyntaxIndex) -> list[ast.Call]:
     """The calls whose result may be a layer that feeds a norm: the modules of an ``nn.Sequential``
     and the values assigned to ``self.<name>``."""
@@ -249,9 +284,9 @@ class BiasBeforeNorm(Rule):
                   for call in index.calls_of([name]) if _may_keep_bias(call, position)}
         # the project's helpers that return a layer (`self.conv1 = conv3x3(c, c)`, or in a Sequential)
         biased |= {id(call) for call in _ast_layer_slots(index) if _ast_helper_layer(index, call)}
+        if _ast_unpacked_pair(index, biased, norms):
+            return True  # nn.Sequential(*layers) with a layer and a norm among what built `layers`
         for sequential in index.calls_of(SEQUENTIAL):
-            if any(isinstance(a, ast.Starred) for a in sequential.args):
-                return True  # nn.Sequential(*layers): the lists and appends that built `layers`
             modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
             if len(modules) == 1 and index.is_call(modules[0], "OrderedDict"):  # nn.Sequential(OrderedDict([...]))
                 pairs = modules[0].args[0] if len(modules[0].args) == 1 else None
