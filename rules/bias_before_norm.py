@@ -8,7 +8,8 @@ bias whose output goes straight into a BatchNorm of the same dimension: adjacent
 
 Also in the layer lists a function builds and unpacks into `nn.Sequential(*layers)`: adjacent in
 one list literal (`layers += [conv, nn.BatchNorm2d(c), nn.ReLU()]`, `layers.extend([...])`), or
-appended by two statements in a row (`layers.append(conv)` then `layers.append(nn.BatchNorm2d(c))`).
+added by two statements in a row (`layers.append(conv)` then `layers.append(nn.BatchNorm2d(c))`),
+the second maybe the first statement of an `if` without `else` (`if batch_norm: layers += [nn.BatchNorm2d(c)]`).
 The conv may be bound to a name first (`conv2d = nn.Conv2d(...)`, as torchvision's VGG
 `make_layers` does). And when the layer comes from a helper of the project's, in any module:
 `self.conv1 = conv3x3(c, c)` where `def conv3x3(...): return nn.Conv2d(...)`, the bias read
@@ -52,7 +53,9 @@ existing checkpoints no longer load with `strict=True`, and code that reads `lay
 often call `nn.init.zeros_(m.bias)`, which fails on `None`), and the rule is silent when the layer
 is called anywhere else in the module, or when anything sits between the layer and the norm. No fix
 for a layer bound to a name that is also used elsewhere (SSD's `vgg` lists the same conv with a norm
-under `if batch_norm:` and without one otherwise). A helper's layer is fixed at the call, by passing
+under `if batch_norm:` and without one otherwise). A norm added under `if <condition>:` gets
+`bias=not <condition>`, which keeps the bias exactly when no norm follows. A condition other than
+a plain name or attribute gets no fix. A helper's layer is fixed at the call, by passing
 `False` to the helper's own parameter that sets the bias (`conv3x3(c, c, bias=False)`), which changes
 this call alone. A helper without such a parameter gets no fix: the fix would belong in the helper,
 whose other callers may use it without a norm. The finding points to where the helper builds the
@@ -235,8 +238,11 @@ class _ListLayers:
     calls by list name, the names the Sequential unpacks, the calls bound to names, and how often
     each name occurs (to tell a layer bound once and used only in the list)."""
 
-    literals: list[tuple[str, list[cst.BaseExpression]]] = field(default_factory=list)
-    appends: list[tuple[str, int, int, cst.BaseExpression]] = field(default_factory=list)  # name, block, index, item
+    literals: list[tuple[str, list[cst.BaseExpression | None]]] = field(default_factory=list)
+    # statements that add to a list: name, block (its first statement's id), index, items, and the
+    # condition of an `if` whose body starts with the addition (`if batch_norm: layers += [bn]`)
+    adds: list[tuple[str, int, int, list[cst.BaseExpression | None], cst.BaseExpression | None]] = \
+        field(default_factory=list)
     unpacked: set[str] = field(default_factory=set)
     bound: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     occurrences: dict[str, int] = field(default_factory=dict)
@@ -254,6 +260,23 @@ class _ClassLayers:
 def _items(literal: cst.List | cst.Tuple) -> list[cst.BaseExpression | None]:
     """A list literal's items in order; None for ``*unpacked`` ones, which no layer pairs across."""
     return [e.value if isinstance(e, cst.Element) else None for e in literal.elements]
+
+
+def _added(statement: cst.BaseSmallStatement) -> tuple[str, list[cst.BaseExpression | None]] | None:
+    """``layers += [...]``, ``layers.extend([...])`` or ``layers.append(x)``: the list's name and
+    the items added."""
+    if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign) \
+            and isinstance(statement.target, cst.Name) and isinstance(statement.value, (cst.List, cst.Tuple)):
+        return statement.target.value, _items(statement.value)
+    call = statement.value if isinstance(statement, cst.Expr) else None
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+            and len(call.args) == 1 and not call.args[0].star and call.args[0].keyword is None):
+        return None
+    if call.func.attr.value == "extend" and isinstance(call.args[0].value, (cst.List, cst.Tuple)):
+        return call.func.value.value, _items(call.args[0].value)
+    if call.func.attr.value == "append":
+        return call.func.value.value, [call.args[0].value]
+    return None
 
 
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
@@ -321,14 +344,29 @@ class BiasBeforeNorm(Rule):
         bias = find_argument(layer, "bias", index)
         return bias is None or not is_literal(bias.value, False)
 
-    def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression, fixable: bool = True) -> None:
-        if self._feeds(layer, norm) and self._has_bias(layer):
-            self.candidates.append((layer, fixable, None))
+    def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression, fixable: bool = True,
+                   condition: cst.BaseExpression | None = None) -> None:
+        """``condition``: the norm follows only when it holds (``if batch_norm:``); the fix then
+        passes ``bias=not <condition>`` when the condition is a plain name or attribute."""
+        if condition is not None and not (isinstance(condition, (cst.Name, cst.Attribute))
+                                          and dotted_name(condition) is not None):
+            fixable = False
+        if self._feeds(layer, norm) and self._has_bias(layer) and not self._off_when(layer, condition):
+            self.candidates.append((layer, fixable, None, condition))
         elif isinstance(layer, cst.Call) and self._dimension(norm, NORMS) is not None \
                 and self._dimension(layer, BIASED_LAYERS) is None:
             helper = self._helper_layer(layer)
             if helper is not None and NORMS[self.ctx.qualified_name(norm.func)] in (0, LAYER_DIMENSIONS[helper[0].kind]):
-                self.candidates.append((layer, fixable, helper))
+                self.candidates.append((layer, fixable and condition is None, helper, condition))
+
+    def _off_when(self, layer: cst.Call, condition: cst.BaseExpression | None) -> bool:
+        """Is the layer's bias already ``not <condition>``, as the fix writes it?"""
+        if condition is None:
+            return False
+        bias = find_argument(layer, "bias", BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1])
+        value = bias.value if bias is not None else None
+        return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not) \
+            and self.ctx.code_for(value.expression).strip() == self.ctx.code_for(condition).strip()
 
     def _helper_layer(self, call: cst.Call):
         """The fresh Conv/Linear with its bias on that a call of the project's own function returns
@@ -396,7 +434,32 @@ class BiasBeforeNorm(Rule):
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if self.functions and isinstance(node.operator, cst.AddAssign) and isinstance(node.target, cst.Name) \
                 and isinstance(node.value, (cst.List, cst.Tuple)):
-            self.functions[-1].literals.append((node.target.value, _items(node.value)))
+            self._record_add(node, node.target.value, _items(node.value))
+
+    def _record_add(self, node: cst.CSTNode, name: str, items: list) -> None:
+        """An addition to list ``name``: its items pair among themselves, and, when it is a statement
+        of its own, its first and last items pair with the additions just before and after it."""
+        frame = self.functions[-1]
+        frame.literals.append((name, items))
+        position = self.ctx.statement_position()
+        if position is None or not isinstance(position[0], cst.SimpleStatementLine) or len(position[0].body) != 1:
+            return
+        small = position[0].body[0]
+        if small is node or isinstance(small, cst.Expr) and small.value is node:
+            frame.adds.append((name, id(position[1][0]), position[2], items, None))
+
+    def visit_If(self, node: cst.If) -> None:
+        """``if batch_norm: layers += [nn.BatchNorm2d(c)]`` right after ``layers += [conv]``: the
+        addition counts as the next one, under the condition."""
+        if not self.functions or node.orelse is not None or not isinstance(node.body, cst.IndentedBlock):
+            return
+        first = node.body.body[0] if node.body.body else None
+        if not (isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1):
+            return
+        added = _added(first.body[0])
+        position = self.ctx.statement_position()
+        if added is not None and position is not None:
+            self.functions[-1].adds.append((added[0], id(position[1][0]), position[2], added[1], node.test))
 
     def _record_list_assignment(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
@@ -417,28 +480,24 @@ class BiasBeforeNorm(Rule):
                 and not node.args[0].star and node.args[0].keyword is None):
             return
         if method.attr.value == "extend" and isinstance(node.args[0].value, (cst.List, cst.Tuple)):
-            frame.literals.append((method.value.value, _items(node.args[0].value)))
+            self._record_add(node, method.value.value, _items(node.args[0].value))
         elif method.attr.value == "append":
-            position = self.ctx.statement_position()
-            statement = position[0] if position else None
-            if statement is not None and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-                    and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is node:
-                frame.appends.append((method.value.value, id(position[1]), position[2], node.args[0].value))
+            self._record_add(node, method.value.value, [node.args[0].value])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         frame = self.functions.pop()
-        pairs = [(layer, norm) for name, items in frame.literals if name in frame.unpacked
+        pairs = [(layer, norm, None) for name, items in frame.literals if name in frame.unpacked
                  for layer, norm in zip(items, items[1:])]
-        by_list: dict[str, list[tuple[int, int, cst.BaseExpression]]] = {}
-        for name, block, index, item in frame.appends:
-            if name in frame.unpacked:
-                by_list.setdefault(name, []).append((block, index, item))
-        for items in by_list.values():
-            items.sort(key=lambda entry: entry[:2])
-            pairs += [(a[2], b[2]) for a, b in zip(items, items[1:]) if a[0] == b[0] and b[1] == a[1] + 1]
+        by_list: dict[str, list] = {}
+        for name, block, index, items, condition in frame.adds:
+            if name in frame.unpacked and items:
+                by_list.setdefault(name, []).append((block, index, items, condition))
+        for adds in by_list.values():
+            adds.sort(key=lambda entry: entry[:2])
+            pairs += [(a[2][-1], b[2][0], b[3]) for a, b in zip(adds, adds[1:]) if a[0] == b[0] and b[1] == a[1] + 1]
         in_pairs: dict[str, int] = {}
         resolved = []
-        for layer, norm in pairs:
+        for layer, norm, condition in pairs:
             if layer is None or norm is None:
                 continue
             layer_call, layer_name = self._bound_call(layer, frame), layer.value if isinstance(layer, cst.Name) else None
@@ -447,11 +506,11 @@ class BiasBeforeNorm(Rule):
                 continue
             if layer_name is not None:
                 in_pairs[layer_name] = in_pairs.get(layer_name, 0) + 1
-            resolved.append((layer_call, norm_call, layer_name))
-        for layer_call, norm_call, layer_name in resolved:
+            resolved.append((layer_call, norm_call, layer_name, condition))
+        for layer_call, norm_call, layer_name, condition in resolved:
             # a layer bound to a name is fixed only when the name is used nowhere but before norms
             fixable = layer_name is None or frame.occurrences.get(layer_name, 0) == 1 + in_pairs[layer_name]
-            self._candidate(layer_call, norm_call, fixable)
+            self._candidate(layer_call, norm_call, fixable, condition)
 
     @staticmethod
     def _bound_call(item: cst.BaseExpression, frame: _ListLayers) -> cst.Call | None:
@@ -522,7 +581,7 @@ class BiasBeforeNorm(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         reads_bias = READS_BIAS.search(self.ctx.source) is not None
         seen = set()
-        for layer, fixable, helper in self.candidates:
+        for layer, fixable, helper, condition in self.candidates:
             if id(layer) in seen:
                 continue
             seen.add(id(layer))
@@ -540,16 +599,22 @@ class BiasBeforeNorm(Rule):
                             related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))
                 continue
             kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
-            self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that follows it; "
-                               "pass `bias=False` (a small gain: one parameter per channel)",
-                        None if reads_bias or not fixable else self._fix(layer))
+            follows, value = "follows it", "False"
+            if condition is not None:
+                written = self.ctx.code_for(condition).strip()
+                plain = isinstance(condition, (cst.Name, cst.Attribute))
+                follows, value = f"follows it when `{written}` holds", f"not {written}" if plain else f"not ({written})"
+            self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that {follows}; "
+                               f"pass `bias={value}` (a small gain: one parameter per channel)",
+                        None if reads_bias or not fixable else self._fix(layer, value))
 
-    def _fix(self, layer: cst.Call):
+    def _fix(self, layer: cst.Call, value: str = "False"):
         if has_star_args(layer):
             return None
         index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
         bias = find_argument(layer, "bias", index)
-        new = replace_arg_value(layer, bias, cst.Name("False")) if bias is not None else \
-            set_keyword(layer, "bias", cst.Name("False"))
-        return self.fix("Set `bias=False`", self.replace(layer, new))
+        expression = cst.parse_expression(value)
+        new = replace_arg_value(layer, bias, expression) if bias is not None else \
+            set_keyword(layer, "bias", expression)
+        return self.fix(f"Set `bias={value}`", self.replace(layer, new))
 
