@@ -225,16 +225,16 @@ class ChainedMove:
     scaled_by_literal: bool = False
 
 
-SCALINGS = {cst.Multiply: "*", cst.Add: "+", cst.Subtract: "-"}
+SCALINGS = {"Multiply": "*", "Add": "+", "Subtract": "-"}  # LibCST's operator types by name: no import at load
 
 
 def _scaled(value: cst.BaseExpression) -> tuple[cst.Call, str, bool] | None:
     """For ``(<call> * x)`` (or ``+``, ``-``, either side) with ``x`` a number or a name: the call,
     the scaling as written with ``{}`` for the call (``{} * i``) and whether ``x`` is a number
     literal. One IEEE operation with a scalar rounds the same on every device."""
-    if not isinstance(value, cst.BinaryOperation) or type(value.operator) not in SCALINGS or not value.lpar:
+    if not isinstance(value, cst.BinaryOperation) or type(value.operator).__name__ not in SCALINGS or not value.lpar:
         return None
-    operator = SCALINGS[type(value.operator)]
+    operator = SCALINGS[type(value.operator).__name__]
     for inner, other, shown in ((value.left, value.right, "{} %s %s"), (value.right, value.left, "%s %s {}")):
         if isinstance(inner, cst.Call) and isinstance(other, (cst.Integer, cst.Float, cst.Name)):
             operands = (operator, other.value) if inner is value.left else (other.value, operator)
@@ -307,7 +307,8 @@ def legacy_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] =
     if sizes and isinstance(made.func, cst.Attribute):  # `torch.LongTensor`: the module's own spelling
         modern = made.with_changes(func=made.func.with_changes(attr=cst.Name("empty")))
         if LEGACY_CONSTRUCTORS[name] is not None:
-            modern = set_keyword(modern, "dtype", cst.Attribute(made.func.value.deep_clone(), cst.Name(LEGACY_CONSTRUCTORS[name])))
+            dtype = cst.Attribute(made.func.value.deep_clone(), cst.Name(LEGACY_CONSTRUCTORS[name]))
+            modern = set_keyword(modern, "dtype", dtype)
     return LegacyMove(made, name, tuple(reversed(methods)), target, modern)
 
 

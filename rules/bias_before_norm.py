@@ -77,10 +77,12 @@ from dataclasses import dataclass, field
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
                                        is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
-from torchlint.analysis.calls import ast_call_summary, related, where
+from torchlint.analysis.calls import ast_call_summary, related
+from torchlint.analysis.calls import where as place_of
 from torchlint.analysis.index import span
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._layer_lists import SEQUENTIAL, LayerLists, ast_listed_calls
 
 # layer -> (dimension, positional index of `bias`)
 BIASED_LAYERS = {
@@ -92,7 +94,6 @@ BIASED_LAYERS = {
 NORMS = {"torch.nn.BatchNorm1d": 1, "torch.nn.BatchNorm2d": 2, "torch.nn.BatchNorm3d": 3,
          "torch.nn.modules.batchnorm.BatchNorm1d": 1, "torch.nn.modules.batchnorm.BatchNorm2d": 2,
          "torch.nn.modules.batchnorm.BatchNorm3d": 3, "torch.nn.SyncBatchNorm": 0}
-SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 LAYER_DIMENSIONS = {"Conv1d": 1, "Conv2d": 2, "Conv3d": 3, "Linear": 1}  # a helper's layer (summaries.Layer.kind)
 READS_BIAS = re.compile(r"\.bias\b")  # e.g. nn.init.zeros_(m.bias): fails once the bias is None
 ORDERED_DICT = frozenset({"collections.OrderedDict", "typing.OrderedDict"})
@@ -106,41 +107,6 @@ def _may_keep_bias(call: ast.Call, position: int) -> bool:
     if any(isinstance(arg, ast.Starred) for arg in call.args[:position + 1]):
         return True  # `*args` may hold it
     return not (len(call.args) > position and ast_is_literal(call.args[position], False))
-
-
-def _ast_unpacked_pair(index: SyntaxIndex, biased: set[int], norms: set[int]) -> bool:
-    """The precheck twin of ``leave_FunctionDef``, loosely: in a function that unpacks a name into
-    ``nn.Sequential(*name)``, the lists and appends of that name hold a layer that may keep its
-    bias (a call, a name bound to one, or a helper's call) and a norm, in any order."""
-    sequentials = {id(call) for call in index.calls_of(SEQUENTIAL)
-                   if any(isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) for a in call.args)}
-    if not sequentials:
-        return False
-    for function in index.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
-        nodes = list(ast.walk(function))  # nested functions too: a precheck may say yes more often
-        unpacked = {a.value.id for node in nodes if id(node) in sequentials for a in node.args
-                    if isinstance(a, ast.Starred) and isinstance(a.value, ast.Name)}
-        if not unpacked:
-            continue
-        items, bound = [], {}
-        for node in nodes:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                bound.setdefault(node.targets[0].id, []).append(node.value)
-                if node.targets[0].id in unpacked and isinstance(node.value, ast.List):
-                    items += node.value.elts
-            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
-                    and node.target.id in unpacked and isinstance(node.value, (ast.List, ast.Tuple)):
-                items += node.value.elts
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name) \
-                    and node.func.value.id in unpacked and len(node.args) == 1:
-                items += node.args[0].elts if isinstance(node.args[0], (ast.List, ast.Tuple)) else [node.args[0]]
-        calls = [value for item in items for value in ([item] if isinstance(item, ast.Call) else
-                                                       bound.get(item.id, ()) if isinstance(item, ast.Name) else ())]
-        if any(id(call) in norms for call in calls) and any(
-                id(call) in biased or isinstance(call, ast.Call) and _ast_helper_layer(index, call) for call in calls):
-            return True
-    return False
 
 
 def _ast_layer_slots(index: SyntaxIndex) -> list[ast.Call]:
@@ -233,50 +199,12 @@ def _between(index: SyntaxIndex, before: ast.AST, after: ast.AST) -> bytes:
 
 
 @dataclass
-class _ListLayers:
-    """What one function builds for ``nn.Sequential(*layers)``: its list literals and ``append``
-    calls by list name, the names the Sequential unpacks, the calls bound to names, and how often
-    each name occurs (to tell a layer bound once and used only in the list)."""
-
-    literals: list[tuple[str, list[cst.BaseExpression | None]]] = field(default_factory=list)
-    # statements that add to a list: name, block (its first statement's id), index, items, and the
-    # condition of an `if` whose body starts with the addition (`if batch_norm: layers += [bn]`)
-    adds: list[tuple[str, int, int, list[cst.BaseExpression | None], cst.BaseExpression | None]] = \
-        field(default_factory=list)
-    unpacked: set[str] = field(default_factory=set)
-    bound: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
-    occurrences: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
 class _ClassLayers:
     """What one module class defines (``self.x = nn.Conv2d(...)``) and how forward uses it."""
 
     layers: dict[str, cst.Call] = field(default_factory=dict)
     uses: dict[str, int] = field(default_factory=dict)
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (layer, norm) fed directly
-
-
-def _items(literal: cst.List | cst.Tuple) -> list[cst.BaseExpression | None]:
-    """A list literal's items in order; None for ``*unpacked`` ones, which no layer pairs across."""
-    return [e.value if isinstance(e, cst.Element) else None for e in literal.elements]
-
-
-def _added(statement: cst.BaseSmallStatement) -> tuple[str, list[cst.BaseExpression | None]] | None:
-    """``layers += [...]``, ``layers.extend([...])`` or ``layers.append(x)``: the list's name and
-    the items added."""
-    if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign) \
-            and isinstance(statement.target, cst.Name) and isinstance(statement.value, (cst.List, cst.Tuple)):
-        return statement.target.value, _items(statement.value)
-    call = statement.value if isinstance(statement, cst.Expr) else None
-    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
-            and len(call.args) == 1 and not call.args[0].star and call.args[0].keyword is None):
-        return None
-    if call.func.attr.value == "extend" and isinstance(call.args[0].value, (cst.List, cst.Tuple)):
-        return call.func.value.value, _items(call.args[0].value)
-    if call.func.attr.value == "append":
-        return call.func.value.value, [call.args[0].value]
-    return None
 
 
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
@@ -307,8 +235,10 @@ class BiasBeforeNorm(Rule):
                   for call in index.calls_of([name]) if _may_keep_bias(call, position)}
         # the project's helpers that return a layer (`self.conv1 = conv3x3(c, c)`, or in a Sequential)
         biased |= {id(call) for call in _ast_layer_slots(index) if _ast_helper_layer(index, call)}
-        if _ast_unpacked_pair(index, biased, norms):
-            return True  # nn.Sequential(*layers) with a layer and a norm among what built `layers`
+        for calls in ast_listed_calls(index):  # nn.Sequential(*layers): a layer and a norm among what built it
+            if any(id(call) in norms for call in calls) and any(id(call) in biased or isinstance(call, ast.Call)
+                                                                and _ast_helper_layer(index, call) for call in calls):
+                return True
         for sequential in index.calls_of(SEQUENTIAL):
             modules = [a for a in sequential.args if not isinstance(a, ast.Starred)]
             if len(modules) == 1 and index.is_call(modules[0], "OrderedDict"):  # nn.Sequential(OrderedDict([...]))
@@ -324,7 +254,7 @@ class BiasBeforeNorm(Rule):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.classes: list[_ClassLayers] = []
-        self.functions: list[_ListLayers] = []
+        self.lists = LayerLists(ctx)
         # (the layer call, whether a fix may set its bias, the helper's layer when it is a helper's call)
         self.candidates: list[tuple[cst.Call, bool, object]] = []
 
@@ -356,7 +286,8 @@ class BiasBeforeNorm(Rule):
         elif isinstance(layer, cst.Call) and self._dimension(norm, NORMS) is not None \
                 and self._dimension(layer, BIASED_LAYERS) is None:
             helper = self._helper_layer(layer)
-            if helper is not None and NORMS[self.ctx.qualified_name(norm.func)] in (0, LAYER_DIMENSIONS[helper[0].kind]):
+            norm_dimension = NORMS[self.ctx.qualified_name(norm.func)]
+            if helper is not None and norm_dimension in (0, LAYER_DIMENSIONS[helper[0].kind]):
                 self.candidates.append((layer, fixable and condition is None, helper, condition))
 
     def _off_when(self, layer: cst.Call, condition: cst.BaseExpression | None) -> bool:
@@ -397,8 +328,7 @@ class BiasBeforeNorm(Rule):
     # nn.Sequential ------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
-        if self.functions:
-            self._record_list_call(node, name)
+        self.lists.call(node, name)
         if name in SEQUENTIAL:
             modules = [a.value for a in node.args if not a.star and a.keyword is None]
             if len(modules) == 1 and isinstance(modules[0], cst.Call) and \
@@ -422,113 +352,29 @@ class BiasBeforeNorm(Rule):
                 return []
         return modules
 
-    # layer lists: layers += [conv, nn.BatchNorm2d(c)] ... nn.Sequential(*layers) ----------------
+    # layer lists: layers += [conv, nn.BatchNorm2d(c)] ... nn.Sequential(*layers) (_layer_lists) ----
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.functions.append(_ListLayers())
+        self.lists.enter()
 
     def visit_Name(self, node: cst.Name) -> None:
-        if self.functions:
-            occurrences = self.functions[-1].occurrences
-            occurrences[node.value] = occurrences.get(node.value, 0) + 1
+        self.lists.name(node)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if self.functions and isinstance(node.operator, cst.AddAssign) and isinstance(node.target, cst.Name) \
-                and isinstance(node.value, (cst.List, cst.Tuple)):
-            self._record_add(node, node.target.value, _items(node.value))
-
-    def _record_add(self, node: cst.CSTNode, name: str, items: list) -> None:
-        """An addition to list ``name``: its items pair among themselves, and, when it is a statement
-        of its own, its first and last items pair with the additions just before and after it."""
-        frame = self.functions[-1]
-        frame.literals.append((name, items))
-        position = self.ctx.statement_position()
-        if position is None or not isinstance(position[0], cst.SimpleStatementLine) or len(position[0].body) != 1:
-            return
-        small = position[0].body[0]
-        if small is node or isinstance(small, cst.Expr) and small.value is node:
-            frame.adds.append((name, id(position[1][0]), position[2], items, None))
+        self.lists.aug_assign(node)
 
     def visit_If(self, node: cst.If) -> None:
-        """``if batch_norm: layers += [nn.BatchNorm2d(c)]`` right after ``layers += [conv]``: the
-        addition counts as the next one, under the condition."""
-        if not self.functions or node.orelse is not None or not isinstance(node.body, cst.IndentedBlock):
-            return
-        first = node.body.body[0] if node.body.body else None
-        if not (isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1):
-            return
-        added = _added(first.body[0])
-        position = self.ctx.statement_position()
-        if added is not None and position is not None:
-            self.functions[-1].adds.append((added[0], id(position[1][0]), position[2], added[1], node.test))
-
-    def _record_list_assignment(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
-            return
-        target = node.targets[0].target.value
-        frame = self.functions[-1]
-        if isinstance(node.value, cst.List):
-            frame.literals.append((target, _items(node.value)))
-        frame.bound.setdefault(target, []).append(node.value)
-
-    def _record_list_call(self, node: cst.Call, name: str | None) -> None:
-        frame = self.functions[-1]
-        if name in SEQUENTIAL:
-            frame.unpacked.update(a.value.value for a in node.args if a.star == "*" and isinstance(a.value, cst.Name))
-            return
-        method = node.func
-        if not (isinstance(method, cst.Attribute) and isinstance(method.value, cst.Name) and len(node.args) == 1
-                and not node.args[0].star and node.args[0].keyword is None):
-            return
-        if method.attr.value == "extend" and isinstance(node.args[0].value, (cst.List, cst.Tuple)):
-            self._record_add(node, method.value.value, _items(node.args[0].value))
-        elif method.attr.value == "append":
-            self._record_add(node, method.value.value, [node.args[0].value])
+        self.lists.if_statement(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        frame = self.functions.pop()
-        pairs = [(layer, norm, None) for name, items in frame.literals if name in frame.unpacked
-                 for layer, norm in zip(items, items[1:])]
-        by_list: dict[str, list] = {}
-        for name, block, index, items, condition in frame.adds:
-            if name in frame.unpacked and items:
-                by_list.setdefault(name, []).append((block, index, items, condition))
-        for adds in by_list.values():
-            adds.sort(key=lambda entry: entry[:2])
-            pairs += [(a[2][-1], b[2][0], b[3]) for a, b in zip(adds, adds[1:]) if a[0] == b[0] and b[1] == a[1] + 1]
-        in_pairs: dict[str, int] = {}
-        resolved = []
-        for layer, norm, condition in pairs:
-            if layer is None or norm is None:
-                continue
-            layer_call, layer_name = self._bound_call(layer, frame), layer.value if isinstance(layer, cst.Name) else None
-            norm_call = self._bound_call(norm, frame)
-            if layer_call is None or norm_call is None or self._dimension(norm_call, NORMS) is None:
-                continue
-            if layer_name is not None:
-                in_pairs[layer_name] = in_pairs.get(layer_name, 0) + 1
-            resolved.append((layer_call, norm_call, layer_name, condition))
-        for layer_call, norm_call, layer_name, condition in resolved:
-            # a layer bound to a name is fixed only when the name is used nowhere but before norms
-            fixable = layer_name is None or frame.occurrences.get(layer_name, 0) == 1 + in_pairs[layer_name]
-            self._candidate(layer_call, norm_call, fixable, condition)
-
-    @staticmethod
-    def _bound_call(item: cst.BaseExpression, frame: _ListLayers) -> cst.Call | None:
-        """A list item's layer call: the item itself, or the one call a name is bound to in the function."""
-        if isinstance(item, cst.Call):
-            return item
-        if isinstance(item, cst.Name) and len(frame.bound.get(item.value, ())) == 1 \
-                and isinstance(frame.bound[item.value][0], cst.Call):
-            return frame.bound[item.value][0]
-        return None
+        for pair in self.lists.leave(lambda call: self._dimension(call, NORMS) is not None):
+            self._candidate(pair.layer, pair.follower, pair.fixable, pair.condition)
 
     # module classes: self.conv = nn.Conv2d(...) in __init__, self.bn(self.conv(x)) in forward ----
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(_ClassLayers())
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self.functions:
-            self._record_list_assignment(node)
+        self.lists.assign(node)
         if self.classes and len(node.targets) == 1 and isinstance(node.value, cst.Call):
             attribute = _self_attribute(node.targets[0].target)
             if attribute is not None:
@@ -594,7 +440,7 @@ class BiasBeforeNorm(Rule):
                         set_keyword(layer, parameter, cst.Name("False"))
                     fix = self.fix(f"Pass `{parameter}=False`", self.replace(layer, new))
                 self.report(layer, f"this call returns a `{built.kind}` whose bias is cancelled by the BatchNorm that "
-                                   f"follows it (built at {where(built.effect)}); {advice} "
+                                   f"follows it (built at {place_of(built.effect)}); {advice} "
                                    "(a small gain: one parameter per channel)", fix,
                             related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))
                 continue
