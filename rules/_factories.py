@@ -47,6 +47,7 @@ LEGACY_CONSTRUCTORS = {
     "torch.Tensor": None,
 }
 FILLS = frozenset({"fill_", "zero_"}) | RANDOM_FILLS
+CHAIN = CHAINED_METHODS | RANDOM_FILLS
 # A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
@@ -77,20 +78,13 @@ def ast_moved_calls(index: SyntaxIndex, *names: str, extra_names: Collection[str
     variables = index.names(["Variable"])
     moved = []
     for call in index.calls("cuda", "to"):
-        if through_methods and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.BinOp):
-            scaled = _ast_scaled(call.func.value)  # (torch.ones(n) * i).to(device)
-            if scaled is not None and ast_callee(scaled) in wanted and ast_may_move(index, call, extra_names):
-                moved.append(scaled)
+        if not isinstance(call.func, ast.Attribute):
             continue
-        if not isinstance(call.func, ast.Attribute) or not isinstance(call.func.value, ast.Call):
+        made = _ast_chain_base(call.func.value, CHAIN) if through_methods else call.func.value
+        if through_methods and isinstance(made, ast.BinOp):
+            made = _ast_scaled(made)  # (torch.ones(n) * i).long().to(device)
+        if not isinstance(made, ast.Call):
             continue
-        made = call.func.value
-        while through_methods and isinstance(made.func, ast.Attribute) and isinstance(made.func.value, ast.Call) \
-                and made.func.attr in CHAINED_METHODS | RANDOM_FILLS:
-            made = made.func.value
-        if through_methods and isinstance(made.func, ast.Attribute) and made.func.attr in CHAINED_METHODS \
-                and isinstance(made.func.value, ast.BinOp):
-            made = _ast_scaled(made.func.value) or made  # (torch.ones(n) * i).long().to(device)
         if ast_callee(made) in variables and len(made.args) == 1 and isinstance(made.args[0], ast.Call):
             made = made.args[0]  # Variable(torch.zeros(n)).cuda()
         if ast_callee(made) in wanted and ast_may_move(index, call, extra_names):
@@ -125,15 +119,21 @@ def ast_helper_factory_moves(index: SyntaxIndex, extra_names: Collection[str] | 
     returns (maybe through CHAINED_METHODS), where that function returns a tensor a factory made on
     the CPU."""
     for call in index.calls("cuda", "to"):
-        made = call.func.value if isinstance(call.func, ast.Attribute) else None
-        while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
-                and made.func.attr in CHAINED_METHODS and isinstance(made.func.value, ast.Call):
-            made = made.func.value
+        made = _ast_chain_base(call.func.value, CHAINED_METHODS) if isinstance(call.func, ast.Attribute) else None
         if isinstance(made, ast.Call) and ast_may_move(index, call, extra_names):
             summary = ast_call_summary(index, made)
             if summary is not None and summary.returns_factory is not None:
                 return True
     return False
+
+
+def _ast_chain_base(value: ast.AST, methods: frozenset[str]) -> ast.AST:
+    """The precheck twin of _chain: what ``value`` calls ``methods`` on (``torch.zeros(n)`` in
+    ``torch.zeros(n).long().fill_(1)``)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and isinstance(value.func.value, (ast.Call, ast.BinOp)) and value.func.attr in methods:
+        value = value.func.value
+    return value
 
 
 def _ast_scaled(value: ast.BinOp) -> ast.Call | None:
@@ -211,6 +211,33 @@ def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] 
     return made, factory, target
 
 
+def moved_value(node: cst.Call) -> cst.BaseExpression | None:
+    """What ``<value>.cuda(...)`` / ``<value>.to(...)`` moves; None for any other call."""
+    move = node.func
+    return move.value if isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") else None
+
+
+def _chain(value: cst.BaseExpression | None, methods: frozenset[str]
+           ) -> tuple[cst.BaseExpression | None, tuple[cst.Call, ...]]:
+    """``torch.zeros(n).long().fill_(1)`` -> ``torch.zeros(n)`` and the calls of ``methods`` on it,
+    innermost first."""
+    calls = []
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and isinstance(value.func.value, (cst.Call, cst.BinaryOperation)) and value.func.attr.value in methods:
+        calls.append(value)
+        value = value.func.value
+    return value, tuple(reversed(calls))
+
+
+def shown_chain(calls: tuple[cst.Call, ...]) -> str:
+    """``.long().fill_(...)``: the chained calls, as a message shows them."""
+    return "".join(f".{call.func.attr.value}({'...' if call.args else ''})" for call in calls)
+
+
+def _names(calls: tuple[cst.Call, ...]) -> tuple[str, ...]:
+    return tuple(call.func.attr.value for call in calls)
+
+
 @dataclass(frozen=True)
 class ChainedMove:
     """``(torch.ones(n) * i).long().to(device)``: the factory call and its name, the move, the
@@ -220,9 +247,13 @@ class ChainedMove:
     factory_call: cst.Call
     factory: str
     move: DeviceMove
-    methods: tuple[str, ...]
+    chain: tuple[cst.Call, ...]
     scaling: str | None = None
     scaled_by_literal: bool = False
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return _names(self.chain)
 
 
 SCALINGS = {"Multiply": "*", "Add": "+", "Subtract": "-"}  # LibCST's operator types by name: no import at load
@@ -247,25 +278,17 @@ def chained_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[st
     CHAINED_METHODS or RANDOM_FILLS between, or the factory's result scaled by a number first
     (``(torch.ones(n) * i).long().to(device)``): the ChainedMove; None for anything else (a move to
     the CPU included)."""
-    move = node.func
-    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to")):
-        return None
-    made, methods = move.value, []
-    while isinstance(made, cst.Call) and isinstance(made.func, cst.Attribute) \
-            and isinstance(made.func.value, (cst.Call, cst.BinaryOperation)) \
-            and made.func.attr.value in CHAINED_METHODS | RANDOM_FILLS:
-        methods.append(made.func.attr.value)
-        made = made.func.value
+    made, chain = _chain(moved_value(node), CHAIN)
     scaled = _scaled(made)
     if scaled is not None:
         made = scaled[0]
-    factory = tensor_factory(made, ctx.bindings) if methods or scaled else None
+    factory = tensor_factory(made, ctx.bindings) if chain or scaled else None
     if factory is None:
         return None
     target = ctx.devices.move(node, extra_names)
     if target is None or target.to_cpu:
         return None
-    return ChainedMove(made, factory, target, tuple(reversed(methods)), *(scaled[1:] if scaled else ()))
+    return ChainedMove(made, factory, target, chain, *(scaled[1:] if scaled else ()))
 
 
 @dataclass(frozen=True)
@@ -276,9 +299,13 @@ class LegacyMove:
 
     constructor: cst.Call
     name: str  # "torch.LongTensor"
-    methods: tuple[str, ...]
+    chain: tuple[cst.Call, ...]
     move: DeviceMove
     modern: cst.Call | None
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return _names(self.chain)
 
 
 def legacy_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] = ()) -> LegacyMove | None:
@@ -286,19 +313,14 @@ def legacy_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] =
     after CHAINED_METHODS or RANDOM_FILLS: the LegacyMove; None for anything else. Given one
     argument that may be data (a name), only a fill between makes it one: the host made a
     tensor that the device could have filled."""
-    move = node.func
-    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+    made, chain = _chain(moved_value(node), CHAIN)
+    if not isinstance(made, cst.Call):
         return None
-    made, methods = move.value, []
-    while isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
-            and made.func.attr.value in CHAINED_METHODS | RANDOM_FILLS:
-        methods.append(made.func.attr.value)
-        made = made.func.value
     name = ctx.qualified_name(made.func)
     if name not in LEGACY_CONSTRUCTORS or any(arg.star for arg in made.args):
         return None
     sizes = _legacy_sizes(made)
-    if sizes is None or not sizes and not FILLS.intersection(methods):
+    if sizes is None or not sizes and not FILLS.intersection(_names(chain)):
         return None
     target = ctx.devices.move(node, extra_names)
     if target is None or target.to_cpu:
@@ -309,7 +331,7 @@ def legacy_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] =
         if LEGACY_CONSTRUCTORS[name] is not None:
             dtype = cst.Attribute(made.func.value.deep_clone(), cst.Name(LEGACY_CONSTRUCTORS[name]))
             modern = set_keyword(modern, "dtype", dtype)
-    return LegacyMove(made, name, tuple(reversed(methods)), target, modern)
+    return LegacyMove(made, name, chain, target, modern)
 
 
 def _legacy_sizes(call: cst.Call) -> bool | None:
@@ -332,13 +354,9 @@ def helper_factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str
     """For ``helper(...).to(<device>)`` (or ``.cuda()``, maybe after CHAINED_METHODS) where
     ``helper`` is the project's own function and returns a tensor that a factory made on the CPU
     (``return torch.linspace(...)``): the helper's call, that factory, and the move."""
-    move = node.func
-    if not (isinstance(move, cst.Attribute) and move.attr.value in ("cuda", "to") and isinstance(move.value, cst.Call)):
+    made, _ = _chain(moved_value(node), CHAINED_METHODS)
+    if not isinstance(made, cst.Call):
         return None
-    made = move.value
-    while isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) \
-            and made.func.attr.value in CHAINED_METHODS:
-        made = made.func.value
     if tensor_factory(made, ctx.bindings) is not None or ctx.qualified_name(made.func) in LEGACY_CONSTRUCTORS:
         return None  # torch's own: factory_move and legacy_move
     summary = ctx.calls.summary(made)

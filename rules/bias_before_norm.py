@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
                                        is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
-from torchlint.analysis.calls import ast_call_summary, related
+from torchlint.analysis.calls import ReturnedLayer, ast_call_summary, related
 from torchlint.analysis.calls import where as place_of
 from torchlint.analysis.index import span
 from torchlint.lazy import libcst as cst
@@ -198,6 +198,17 @@ def _between(index: SyntaxIndex, before: ast.AST, after: ast.AST) -> bytes:
     return b"\n".join([lines[0][before.end_col_offset:], *lines[1:-1], lines[-1][:after.col_offset]])
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A layer call whose bias a norm cancels: whether a fix may change it, the layer a project's
+    helper returns when the call is the helper's, and the condition under which the norm follows."""
+
+    layer: cst.Call
+    fixable: bool
+    helper: ReturnedLayer | None
+    condition: cst.BaseExpression | None
+
+
 @dataclass
 class _ClassLayers:
     """What one module class defines (``self.x = nn.Conv2d(...)``) and how forward uses it."""
@@ -255,8 +266,7 @@ class BiasBeforeNorm(Rule):
         super().__init__(ctx)
         self.classes: list[_ClassLayers] = []
         self.lists = LayerLists(ctx)
-        # (the layer call, whether a fix may set its bias, the helper's layer when it is a helper's call)
-        self.candidates: list[tuple[cst.Call, bool, object]] = []
+        self.candidates: list[_Candidate] = []
 
     # which layer feeds which norm ---------------------------------------------------------
     def _dimension(self, call: cst.BaseExpression, table: dict) -> int | None:
@@ -282,13 +292,13 @@ class BiasBeforeNorm(Rule):
                                           and dotted_name(condition) is not None):
             fixable = False
         if self._feeds(layer, norm) and self._has_bias(layer) and not self._off_when(layer, condition):
-            self.candidates.append((layer, fixable, None, condition))
+            self.candidates.append(_Candidate(layer, fixable, None, condition))
         elif isinstance(layer, cst.Call) and self._dimension(norm, NORMS) is not None \
                 and self._dimension(layer, BIASED_LAYERS) is None:
             helper = self._helper_layer(layer)
             norm_dimension = NORMS[self.ctx.qualified_name(norm.func)]
-            if helper is not None and norm_dimension in (0, LAYER_DIMENSIONS[helper[0].kind]):
-                self.candidates.append((layer, fixable and condition is None, helper, condition))
+            if helper is not None and norm_dimension in (0, LAYER_DIMENSIONS[helper.layer.kind]):
+                self.candidates.append(_Candidate(layer, fixable and condition is None, helper, condition))
 
     def _off_when(self, layer: cst.Call, condition: cst.BaseExpression | None) -> bool:
         """Is the layer's bias already ``not <condition>``, as the fix writes it?"""
@@ -299,31 +309,11 @@ class BiasBeforeNorm(Rule):
         return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not) \
             and self.ctx.code_for(value.expression).strip() == self.ctx.code_for(condition).strip()
 
-    def _helper_layer(self, call: cst.Call):
+    def _helper_layer(self, call: cst.Call) -> ReturnedLayer | None:
         """The fresh Conv/Linear with its bias on that a call of the project's own function returns
-        (``conv3x3(c, c)`` returning ``nn.Conv2d(...)``), with the name of the helper's parameter
-        that sets that bias (``def conv3x3(..., bias=True)``, passed on as ``bias=bias``), when it
-        has one: the call can then pass ``False`` there."""
-        if has_star_args(call):
-            return None
-        resolved = self.ctx.calls.resolve(call)
-        summary = resolved.function if resolved is not None else None
-        layer = summary.returns_layer if summary is not None else None
-        if layer is None:
-            return None
-        bias, parameter, argument = layer.bias, None, None
-        if bias == "parameter":
-            parameter = summary.parameters[layer.parameter.index]
-            positional = [arg for arg in call.args if arg.keyword is None]
-            keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
-            passed = summary.argument_for(layer.parameter.index, resolved.bound, len(positional), list(keywords))
-            if passed is None:
-                bias = summary.defaults[layer.parameter.index] or "unknown"
-            else:
-                argument = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
-                bias = "True" if argument is not None and is_literal(argument.value, True) else \
-                    "False" if argument is not None and is_literal(argument.value, False) else "unknown"
-        return (layer, parameter, argument) if bias in ("default", "True") else None
+        (``conv3x3(c, c)`` returning ``nn.Conv2d(...)``)."""
+        returned = self.ctx.calls.returned_layer(call)
+        return returned if returned is not None and returned.bias in ("default", "True") else None
 
     # nn.Sequential ------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -427,32 +417,40 @@ class BiasBeforeNorm(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         reads_bias = READS_BIAS.search(self.ctx.source) is not None
         seen = set()
-        for layer, fixable, helper, condition in self.candidates:
-            if id(layer) in seen:
-                continue
-            seen.add(id(layer))
-            if helper is not None:
-                built, parameter, argument = helper
-                advice = f"pass `{parameter}=False`" if parameter else "build it with `bias=False`"
-                fix = None
-                if parameter and fixable and not reads_bias:
-                    new = replace_arg_value(layer, argument, cst.Name("False")) if argument is not None else \
-                        set_keyword(layer, parameter, cst.Name("False"))
-                    fix = self.fix(f"Pass `{parameter}=False`", self.replace(layer, new))
-                self.report(layer, f"this call returns a `{built.kind}` whose bias is cancelled by the BatchNorm that "
-                                   f"follows it (built at {place_of(built.effect)}); {advice} "
-                                   "(a small gain: one parameter per channel)", fix,
-                            related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))
-                continue
-            kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
-            follows, value = "follows it", "False"
-            if condition is not None:
-                written = self.ctx.code_for(condition).strip()
-                plain = isinstance(condition, (cst.Name, cst.Attribute))
-                follows, value = f"follows it when `{written}` holds", f"not {written}" if plain else f"not ({written})"
-            self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that {follows}; "
-                               f"pass `bias={value}` (a small gain: one parameter per channel)",
-                        None if reads_bias or not fixable else self._fix(layer, value))
+        for candidate in self.candidates:
+            if id(candidate.layer) not in seen:
+                seen.add(id(candidate.layer))
+                if candidate.helper is not None:
+                    self._report_helper(candidate, reads_bias)
+                else:
+                    self._report_layer(candidate, reads_bias)
+
+    def _report_layer(self, candidate: _Candidate, reads_bias: bool) -> None:
+        layer, condition = candidate.layer, candidate.condition
+        kind = self.ctx.qualified_name(layer.func).rsplit(".", 1)[1]
+        follows, value = "follows it", "False"
+        if condition is not None:
+            written = self.ctx.code_for(condition).strip()
+            plain = isinstance(condition, (cst.Name, cst.Attribute))
+            follows, value = f"follows it when `{written}` holds", f"not {written}" if plain else f"not ({written})"
+        self.report(layer, f"the bias of this `{kind}` is cancelled by the BatchNorm that {follows}; "
+                           f"pass `bias={value}` (a small gain: one parameter per channel)",
+                    None if reads_bias or not candidate.fixable else self._fix(layer, value))
+
+    def _report_helper(self, candidate: _Candidate, reads_bias: bool) -> None:
+        """A helper's layer: fixed at the call through the helper's own bias parameter, if it has one."""
+        layer, returned = candidate.layer, candidate.helper
+        built, parameter, argument = returned.layer, returned.parameter, returned.argument
+        fix = None
+        if parameter and candidate.fixable and not reads_bias:
+            new = replace_arg_value(layer, argument, cst.Name("False")) if argument is not None else \
+                set_keyword(layer, parameter, cst.Name("False"))
+            fix = self.fix(f"Pass `{parameter}=False`", self.replace(layer, new))
+        advice = f"pass `{parameter}=False`" if parameter else "build it with `bias=False`"
+        self.report(layer, f"this call returns a `{built.kind}` whose bias is cancelled by the BatchNorm that "
+                           f"follows it (built at {place_of(built.effect)}); {advice} "
+                           "(a small gain: one parameter per channel)", fix,
+                    related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))
 
     def _fix(self, layer: cst.Call, value: str = "False"):
         if has_star_args(layer):

@@ -99,18 +99,16 @@ imported bare (`from torch import LongTensor`).
 
 from __future__ import annotations
 
-from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, RANDOM_FACTORIES
-from torchlint.lazy import libcst as cst
-from torchlint.rule import Rule, SyntaxIndex
-from torchlint.analysis.devices import EXACT_FACTORIES
+from torchlint.analysis.calls import related, where
+from torchlint.analysis.devices import DETERMINISTIC_FACTORIES, EXACT_FACTORIES, RANDOM_FACTORIES
 from torchlint.analysis.syntax import find_keyword, is_literal
 from torchlint.fixes import set_keyword
-from torchlint.rules._factories import LEGACY_CONSTRUCTORS as LEGACY_DTYPES
-from torchlint.rules._factories import (MOVE_AFTER_CALL, NO_HOST_FILL, ast_moved_calls, ast_rebound_moves,
-                                        bound_factory_move, chained_factory_move, create_on_device, creates_non_leaf,
-                                        factory_move, helper_factory_move, legacy_move, rebound_move_in)
-from torchlint.rules._factories import ast_helper_factory_moves
-from torchlint.analysis.calls import related, where
+from torchlint.lazy import libcst as cst
+from torchlint.rule import Rule, SyntaxIndex
+from torchlint.rules._factories import (LEGACY_CONSTRUCTORS, MOVE_AFTER_CALL, NO_HOST_FILL, ast_helper_factory_moves,
+                                        ast_moved_calls, ast_rebound_moves, bound_factory_move, chained_factory_move,
+                                        create_on_device, creates_non_leaf, factory_move, helper_factory_move,
+                                        legacy_move, rebound_move_in, shown_chain)
 
 
 class MoveAfterCreate(Rule):
@@ -129,7 +127,7 @@ class MoveAfterCreate(Rule):
     def precheck(cls, index: SyntaxIndex) -> bool:
         factories = (DETERMINISTIC_FACTORIES | RANDOM_FACTORIES) - NO_HOST_FILL
         names = index.rule_option(cls.name, "device-names", cls.options["device-names"][1])  # None: not known
-        legacy = [name.split(".")[-1] for name in LEGACY_DTYPES]
+        legacy = [name.split(".")[-1] for name in LEGACY_CONSTRUCTORS]
         return bool(ast_moved_calls(index, *factories, *legacy, extra_names=names, through_methods=True)) \
             or ast_rebound_moves(index, *factories, extra_names=names) or ast_helper_factory_moves(index, names)
 
@@ -149,7 +147,7 @@ class MoveAfterCreate(Rule):
             made = f"torch.{factory}(...)"
             if chained.scaling:
                 made = "(" + chained.scaling.format(made) + ")"
-            made += "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})" for method in methods)
+            made += shown_chain(chained.chain)
         else:
             made = f"torch.{factory}(...)" if node.func.value is factory_call else f"Variable(torch.{factory}(...))"
         shown = f"{made}.{move.method}(...)"
@@ -168,9 +166,8 @@ class MoveAfterCreate(Rule):
         found = legacy_move(self.ctx, node, names)
         if found is None:
             return False
-        chain = "".join(f".{method}({'...' if self._has_arguments(node, method) else ''})" for method in found.methods)
-        shown = f"{found.name.split('.')[-1]}(...){chain}.{found.move.method}(...)"
-        dtype = LEGACY_DTYPES.get(found.name)
+        shown = f"{found.name.split('.')[-1]}(...){shown_chain(found.chain)}.{found.move.method}(...)"
+        dtype = LEGACY_CONSTRUCTORS[found.name]
         modern = f"torch.empty(...{', dtype=torch.' + dtype if dtype else ''}, device=...)"
         fix = None if found.modern is None else create_on_device(self, node, found.constructor, "empty", found.move,
                                                                  methods=found.methods, modern=found.modern)
@@ -192,16 +189,6 @@ class MoveAfterCreate(Rule):
                           "there with `device=` in the function",
                     related=(related(factory.effect, f"`torch.{factory.name}(...)` makes the tensor on the CPU here"),))
         return True
-
-    @staticmethod
-    def _has_arguments(node: cst.Call, method: str) -> bool:
-        """Whether the chain's call of ``method`` (under the move ``node``) passes arguments."""
-        call = node.func.value
-        while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
-            if call.func.attr.value == method:
-                return bool(call.args)
-            call = call.func.value
-        return False
 
     def _bound_then_moved(self, node: cst.Call) -> None:
         """``z = torch.randn(n, d)`` ... ``z = z.to(device)``: the same host fill and copy, across

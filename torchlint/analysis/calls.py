@@ -8,13 +8,14 @@ summary's effects say where inside the callee it happens, for the finding's rela
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from functools import cache
 
 from torchlint.analysis.callgraph import Resolved, Summaries
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.project import ProjectModules
-from torchlint.analysis.summaries import Effect, FunctionSummary, Import
-from torchlint.analysis.syntax import ast_dotted_name, dotted_name, scope_name
+from torchlint.analysis.summaries import Effect, FunctionSummary, Import, Layer
+from torchlint.analysis.syntax import ast_dotted_name, dotted_name, is_literal, scope_name
 from torchlint.analysis.walk import walk
 from torchlint.diagnostics import Related
 from torchlint.lazy import libcst as cst
@@ -33,6 +34,17 @@ def related(effect: Effect, message: str) -> Related:
 def where(effect: Effect) -> str:
     """``utils.py:4`` for messages: the file's name and the line."""
     return f"{effect.path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{effect.line}"
+
+
+@dataclass(frozen=True)
+class ReturnedLayer:
+    """``Calls.returned_layer``: the layer, its bias at this call ("default", "True", "False" or
+    "unknown"), the function's parameter that sets it, and the call's argument for that parameter."""
+
+    layer: Layer
+    bias: str
+    parameter: str | None = None
+    argument: cst.Arg | None = None
 
 
 class Calls:
@@ -89,6 +101,32 @@ class Calls:
         """What one call of the function ``call`` calls does, transitively; None when unknown."""
         resolved = self.resolve(call)
         return None if resolved is None else resolved.function
+
+    def returned_layer(self, call: cst.Call) -> ReturnedLayer | None:
+        """The fresh Conv/Linear that a call of the project's own function returns (``conv3x3(c, c)``
+        returning ``nn.Conv2d(...)``), its bias read through this call's arguments as the summaries'
+        bindings read it (``callgraph._Binding.layer``) when the function passes a parameter of its
+        own (``bias=bias``): that parameter's name, and the argument the call gives it, if any."""
+        if any(arg.star for arg in call.args):
+            return None
+        resolved = self.resolve(call)
+        summary = resolved.function if resolved is not None else None
+        layer = summary.returns_layer if summary is not None else None
+        if layer is None:
+            return None
+        if layer.bias != "parameter":
+            return ReturnedLayer(layer, layer.bias)
+        parameter = summary.parameters[layer.parameter.index]
+        positional = [arg for arg in call.args if arg.keyword is None]
+        keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+        passed = summary.argument_for(layer.parameter.index, resolved.bound, len(positional), list(keywords))
+        if passed is None:
+            return ReturnedLayer(layer, summary.defaults[layer.parameter.index] or "unknown", parameter)
+        argument = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
+        literal = next((text for value, text in ((True, "True"), (False, "False"))
+                        if argument is not None and is_literal(argument.value, value)), None)
+        bias = literal or "unknown"
+        return ReturnedLayer(layer, bias, parameter, argument)
 
     def forward_in(self, node: cst.CSTNode) -> Effect | None:
         """A model call that some call of the project's code in ``node`` runs once per call, in any
