@@ -285,3 +285,31 @@ def test_a_fix_measured_slower_after_the_machine_slowed_down_is_not_called_slowe
 def test_a_fix_still_slower_than_the_original_run_beside_it_is_slower():
     step_time, labels = _compare_after_slowdown(late_original_s=0.100, fixed_s=0.145)
     assert labels == ["fix 1 again", "original again (fix 1)"] and step_time.change == "slower"
+
+
+@pytest.mark.parametrize(("step_time", "peak", "kept", "why"), [
+    (measures.Comparison(1.30, 0.05, "slower"), measures.Comparison(1.0, 0.01, measures.NO_CHANGE), False,
+     "it passes but measures worse: step time 1.300x (slower, noise +/-5.0%)"),
+    (measures.Comparison(1.0, 0.05, measures.NO_CHANGE), measures.Comparison(1.2, 0.01, "more"), False,
+     "it passes but measures worse: peak memory 1.200x (more, noise +/-1.0%)"),
+    (measures.Comparison(0.7, 0.05, "faster"), measures.Comparison(1.0, 0.01, measures.NO_CHANGE), True,
+     "it passes and measures better: step time faster"),
+    (measures.Comparison(1.02, 0.05, measures.NO_CHANGE), measures.Comparison(1.0, 0.01, measures.NO_CHANGE), True,
+     "it passes, with no measured change in step time or memory"),
+])
+def test_keep_keeps_a_passing_fix_unless_it_measures_worse(step_time, peak, kept, why):
+    from torchlint.harness.verdict import Verdict
+    from torchlint.harness.verify import FixMeasurement, _keep_decision
+
+    no_growth = measures.Comparison(0.0, 65536.0, measures.NO_CHANGE)
+    measurement = FixMeasurement(None, Verdict("pass", []), 0.0, step_time, peak, no_growth, None)
+    assert _keep_decision(measurement) == (kept, why)
+
+
+def test_keep_does_not_keep_a_fix_that_fails():
+    from torchlint.harness.verdict import Verdict
+    from torchlint.harness.verify import FixMeasurement, _keep_decision
+
+    same = measures.Comparison(1.0, 0.05, measures.NO_CHANGE)
+    measurement = FixMeasurement(None, Verdict("fail", ["losses diverge at step 2"]), 0.5, same, same, same, None)
+    assert _keep_decision(measurement) == (False, "its verdict is fail: losses diverge at step 2")
