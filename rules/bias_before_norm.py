@@ -12,8 +12,10 @@ added by two statements in a row (`layers.append(conv)` then `layers.append(nn.B
 the second maybe the first statement of an `if` without `else` (`if batch_norm: layers += [nn.BatchNorm2d(c)]`).
 The conv may be bound to a name first (`conv2d = nn.Conv2d(...)`, as torchvision's VGG
 `make_layers` does). And when the layer comes from a helper of the project's, in any module:
-`self.conv1 = conv3x3(c, c)` where `def conv3x3(...): return nn.Conv2d(...)`, the bias read
-through the helper's own `bias` parameter when it has one.
+`self.conv1 = conv3x3(c, c)` where `def conv3x3(...): return nn.Conv2d(...)`, or a module of the
+project whose `forward` returns its conv's output as is (tacotron2's `ConvNorm`: `__init__` assigns
+`self.conv = nn.Conv1d(..., bias=bias)` once, `forward` returns `self.conv(signal)`), the bias read
+through the helper's or the module's own `bias` parameter when it has one.
 
 ## Why is it slow
 
@@ -56,8 +58,8 @@ for a layer bound to a name that is also used elsewhere (SSD's `vgg` lists the s
 under `if batch_norm:` and without one otherwise). A norm added under `if <condition>:` gets
 `bias=not <condition>`, which keeps the bias exactly when no norm follows. A condition other than
 a plain name or attribute gets no fix. A helper's layer is fixed at the call, by passing
-`False` to the helper's own parameter that sets the bias (`conv3x3(c, c, bias=False)`), which changes
-this call alone. A helper without such a parameter gets no fix: the fix would belong in the helper,
+`False` to the helper's own parameter that sets the bias (`conv3x3(c, c, bias=False)`,
+`ConvNorm(c, c, bias=False)`), which changes this call alone. A helper without such a parameter gets no fix: the fix would belong in the helper,
 whose other callers may use it without a norm. The finding points to where the helper builds the
 layer.
 
@@ -77,7 +79,7 @@ from dataclasses import dataclass, field
 from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
                                        is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
-from torchlint.analysis.calls import ReturnedLayer, ast_call_summary, related
+from torchlint.analysis.calls import ReturnedLayer, ast_returned_layer, related
 from torchlint.analysis.calls import where as place_of
 from torchlint.analysis.index import span
 from torchlint.lazy import libcst as cst
@@ -119,9 +121,9 @@ def _ast_layer_slots(index: SyntaxIndex) -> list[ast.Call]:
 
 
 def _ast_helper_layer(index: SyntaxIndex, call: ast.Call) -> bool:
-    """The precheck twin of ``_helper_layer``, loosely: the project's function returns a layer."""
-    summary = ast_call_summary(index, call)
-    return summary is not None and summary.returns_layer is not None
+    """The precheck twin of ``_helper_layer``, loosely: the project's function returns a layer, or
+    the project's module it constructs returns a layer's output."""
+    return ast_returned_layer(index, call) is not None
 
 
 def _ast_self_attribute(expr: ast.AST) -> str | None:
@@ -447,7 +449,9 @@ class BiasBeforeNorm(Rule):
                 set_keyword(layer, parameter, cst.Name("False"))
             fix = self.fix(f"Pass `{parameter}=False`", self.replace(layer, new))
         advice = f"pass `{parameter}=False`" if parameter else "build it with `bias=False`"
-        self.report(layer, f"this call returns a `{built.kind}` whose bias is cancelled by the BatchNorm that "
+        subject = f"this `{self.ctx.code_for(layer.func).strip()}` module returns the output of a `{built.kind}`" \
+            if returned.wrapped else f"this call returns a `{built.kind}`"
+        self.report(layer, f"{subject} whose bias is cancelled by the BatchNorm that "
                            f"follows it (built at {place_of(built.effect)}); {advice} "
                            "(a small gain: one parameter per channel)", fix,
                     related=(related(built.effect, f"the `{built.kind}` is built here with its bias"),))

@@ -1,5 +1,6 @@
 """TL401 bias-before-norm across the project's helpers and layer lists (issue 12, shape 3): a conv
-returned by a helper of another module feeds a BatchNorm; the finding is at the call and points
+returned by a helper of another module, or run by a module of another file whose forward returns
+its output (tacotron2's ConvNorm), feeds a BatchNorm; the finding is at the call and points
 into the helper. Its fix passes `False` to the helper's own bias parameter when it has one; without
 one, there is no fix (it would belong in the helper, which other callers may use without a norm).
 The prechecks must not hide it."""
@@ -28,12 +29,53 @@ LAYERS = """
 
     def conv5x5(in_planes, out_planes):
         return nn.Conv2d(in_planes, out_planes, kernel_size=5, padding=2)
+
+
+    class ConvNorm(nn.Module):
+        def __init__(self, in_channels, out_channels, kernel_size=1, bias=True):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, bias=bias)
+
+        def forward(self, signal):
+            conv_signal = self.conv(signal)
+            return conv_signal
+
+
+    class ConvAct(nn.Module):
+        def __init__(self, in_channels, out_channels):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.conv(x))
+
+
+    class ConvPlain(nn.Module):
+        def __init__(self, in_channels, out_channels):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x)
+
+
+    class ConvEither(nn.Module):
+        def __init__(self, in_channels, out_channels, wide=False):
+            super().__init__()
+            if wide:
+                self.conv = nn.Conv2d(in_channels, out_channels, 5, padding=2)
+            else:
+                self.conv = nn.Identity()
+
+        def forward(self, x):
+            return self.conv(x)
 """
 
 MODEL = """
     import torch.nn as nn
 
-    from layers import conv1x1, conv3x3, conv5x5
+    from layers import ConvAct, ConvEither, ConvNorm, ConvPlain, conv1x1, conv3x3, conv5x5
 
 
     class Block(nn.Module):
@@ -52,7 +94,22 @@ CASES = {  # the call, and what the fix makes of it (None: reported without a fi
     "helper-bias-passed-false": ("conv3x3(planes, planes, bias=False)", ""),
     "helper-without-bias": ("conv1x1(planes, planes)", ""),
     "helper-without-a-bias-parameter": ("conv5x5(planes, planes)", None),
+    # a module of the project whose forward returns its conv's output, as tacotron2's ConvNorm does
+    "module-default-bias": ("ConvNorm(planes, planes)", "ConvNorm(planes, planes, bias=False)"),
+    "module-bias-passed-true": ("ConvNorm(planes, planes, 1, True)", "ConvNorm(planes, planes, 1, False)"),
+    "module-bias-passed-false": ("ConvNorm(planes, planes, bias=False)", ""),
+    "module-activation-after-the-conv": ("ConvAct(planes, planes)", ""),
+    "module-without-a-bias-parameter": ("ConvPlain(planes, planes)", None),
+    "module-assigns-the-attribute-twice": ("ConvEither(planes, planes, wide=True)", ""),
 }
+
+
+def built_line(first: str) -> int:
+    """The 0-based line of layers.py where the helper or module that ``first`` calls builds its conv."""
+    lines = textwrap.dedent(LAYERS).lstrip().splitlines()
+    name = first.split("(", 1)[0]
+    start = next(n for n, line in enumerate(lines) if line.startswith((f"def {name}(", f"class {name}(")))
+    return next(n for n in range(start, len(lines)) if "nn.Conv2d(" in lines[n])
 
 
 def lint(root: Path, first: str, prechecks: bool = True, monkeypatch=None) -> list:
@@ -74,8 +131,10 @@ def test_a_helper_of_another_module_that_returns_a_biased_conv(tmp_path, monkeyp
     if found:
         [finding] = found
         assert finding.line == 8  # 0-based: `self.conv1 = ...`
-        built = 12 if "conv5x5" in first else 4  # 0-based, as LSP's
-        assert f"returns a `Conv2d` whose bias is cancelled by the BatchNorm that follows it (built at layers.py:" \
+        built = built_line(first)  # 0-based, as LSP's
+        subject = f"this `{first.split('(')[0]}` module returns the output of a" if first[0].isupper() else \
+            "this call returns a"
+        assert f"{subject} `Conv2d` whose bias is cancelled by the BatchNorm that follows it (built at layers.py:" \
                f"{built + 1})" in finding.message
         [place] = finding.related
         assert (Path(place.path).name, place.line) == ("layers.py", built)

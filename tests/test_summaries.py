@@ -60,6 +60,9 @@ def facts(summary: FunctionSummary, root: Path) -> list[str]:
     if layer is not None:
         bias = layer.bias if layer.parameter is None else f"{layer.bias} {value(layer.parameter)}"
         lines.append(f"returns layer {layer.kind} bias={bias} at {where(layer.effect, root)}{via(layer.effect, root)}")
+    for attribute, built in summary.self_layers.items():
+        bias = built.bias if built.parameter is None else f"{built.bias} {value(built.parameter)}"
+        lines.append(f"self.{attribute} layer {built.kind} bias={bias} at {where(built.effect, root)}")
     factory = summary.returns_factory
     if factory is not None:
         lines.append(f"returns factory {factory.name}{' (random)' if factory.random else ''} at "
@@ -604,6 +607,26 @@ row("sequential-ending-in-a-helper", LAYERS, ("train.py", "stem"), [
 ])
 row("layer-on-one-path-only", LAYERS, ("train.py", "maybe"), [
     "builds Conv2d, ReLU", "convolution 2d at train.py:6 nn.Conv2d(a, b, 3, stride, 1) via train.py:26 conv3x3(...)"])
+
+row("layers-assigned-to-self-once", """
+    import torch.nn as nn
+
+    class ConvNorm(nn.Module):
+        def __init__(self, c, bias=True, wide=False):
+            super().__init__()
+            self.conv = nn.Conv1d(c, c, 5, bias=bias)
+            head = nn.Sequential(nn.ReLU(), nn.Linear(c, c))
+            self.head = head
+            self.either = nn.Conv1d(c, c, 3)
+            if wide:
+                self.either = nn.Conv1d(c, c, 5)
+            self.act = nn.ReLU()
+    """, ("train.py", "ConvNorm.__init__"), [
+    "self.conv layer Conv1d bias=parameter parameter 2 bias at train.py:6 nn.Conv1d(c, c, 5, bias=bias)",
+    "self.head layer Linear bias=default at train.py:7 nn.Linear(c, c)",
+    "builds Conv1d, Linear, ReLU, Sequential",
+    "convolution 1d at train.py:6 nn.Conv1d(c, c, 5, bias=bias)",
+])
 
 row("convolutions-one-of-each-dimension", """
     import torch.nn as nn

@@ -90,6 +90,25 @@ class Summaries:
                 found.append(summary)
         return tuple(found)
 
+    def returned_layer(self, path: str, callee: str, scope: str | None, resolved: Resolved) -> Layer | None:
+        """The fresh Conv/Linear that a call of ``callee`` (read in ``scope``, resolved as ``resolved``)
+        gives back: the one its function returns on every path; or, when the call constructs a class
+        of the project, the layer whose output calling the instance returns as is, which its
+        ``__init__`` assigns to ``self.<attr>`` once and its ``forward`` returns as ``self.<attr>(...)``
+        on every path (tacotron2's ``ConvNorm`` wrapping a ``Conv1d``). A bias set by a parameter is
+        set by the function's (the ``__init__``'s)."""
+        function = resolved.function
+        if not resolved.constructor:
+            return function.returns_layer
+        if not function.self_layers:
+            return None
+        for forward in self.runs(path, callee, scope, instance=True):
+            called = {forward.calls[r.call].callee if r.call is not None else None for r in forward.returns}
+            attribute = called.pop() if len(called) == 1 else None
+            if attribute and forward.self_name and attribute.startswith(f"{forward.self_name}."):
+                return function.self_layers.get(attribute[len(forward.self_name) + 1:])
+        return None
+
     def exports(self, path: str, name: str, scope: str | None = None) -> tuple[str, ...] | None:
         """The names of ``__all__`` of the project's module ``name`` means (Resolver.exports)."""
         path = os.path.abspath(path)

@@ -39,12 +39,15 @@ def where(effect: Effect) -> str:
 @dataclass(frozen=True)
 class ReturnedLayer:
     """``Calls.returned_layer``: the layer, its bias at this call ("default", "True", "False" or
-    "unknown"), the function's parameter that sets it, and the call's argument for that parameter."""
+    "unknown"), the function's parameter that sets it, the call's argument for that parameter, and
+    ``wrapped``: the call constructs a module of the project whose ``forward`` returns the layer's
+    output (rather than calling a function that returns the layer)."""
 
     layer: Layer
     bias: str
     parameter: str | None = None
     argument: cst.Arg | None = None
+    wrapped: bool = False
 
 
 class Calls:
@@ -104,29 +107,33 @@ class Calls:
 
     def returned_layer(self, call: cst.Call) -> ReturnedLayer | None:
         """The fresh Conv/Linear that a call of the project's own function returns (``conv3x3(c, c)``
-        returning ``nn.Conv2d(...)``), its bias read through this call's arguments as the summaries'
-        bindings read it (``callgraph._Binding.layer``) when the function passes a parameter of its
-        own (``bias=bias``): that parameter's name, and the argument the call gives it, if any."""
-        if any(arg.star for arg in call.args):
+        returning ``nn.Conv2d(...)``), or whose output an instance of the project's class that the
+        call constructs returns (``ConvNorm(c, c)``; ``Summaries.returned_layer``). Its bias is read
+        through this call's arguments as the summaries' bindings read it (``callgraph._Binding.layer``)
+        when the function passes a parameter of its own (``bias=bias``): that parameter's name, and the
+        argument the call gives it, if any."""
+        callee = dotted_name(call.func)
+        if callee is None or any(arg.star for arg in call.args):
             return None
-        resolved = self.resolve(call)
-        summary = resolved.function if resolved is not None else None
-        layer = summary.returns_layer if summary is not None else None
+        resolved = self._summaries().resolve(self.path, callee, self.scope())
+        layer = self._summaries().returned_layer(self.path, callee, self.scope(), resolved) if resolved else None
         if layer is None:
             return None
+        wrapped = resolved.constructor
         if layer.bias != "parameter":
-            return ReturnedLayer(layer, layer.bias)
+            return ReturnedLayer(layer, layer.bias, wrapped=wrapped)
+        summary = resolved.function
         parameter = summary.parameters[layer.parameter.index]
         positional = [arg for arg in call.args if arg.keyword is None]
         keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
         passed = summary.argument_for(layer.parameter.index, resolved.bound, len(positional), list(keywords))
         if passed is None:
-            return ReturnedLayer(layer, summary.defaults[layer.parameter.index] or "unknown", parameter)
+            return ReturnedLayer(layer, summary.defaults[layer.parameter.index] or "unknown", parameter,
+                                 wrapped=wrapped)
         argument = keywords[passed] if isinstance(passed, str) else positional[passed] if passed >= 0 else None
         literal = next((text for value, text in ((True, "True"), (False, "False"))
                         if argument is not None and is_literal(argument.value, value)), None)
-        bias = literal or "unknown"
-        return ReturnedLayer(layer, bias, parameter, argument)
+        return ReturnedLayer(layer, literal or "unknown", parameter, argument, wrapped)
 
     def forward_in(self, node: cst.CSTNode) -> Effect | None:
         """A model call that some call of the project's code in ``node`` runs once per call, in any
@@ -176,6 +183,19 @@ def ast_call_summary(index: SyntaxIndex, call: ast.Call) -> FunctionSummary | No
     if summaries is None:
         return None
     return summaries.resolve_call(index.path, callee, index.scope_of(call))
+
+
+def ast_returned_layer(index: SyntaxIndex, call: ast.Call) -> Layer | None:
+    """The precheck twin of ``Calls.returned_layer``: the layer a call of the project's function
+    returns, or whose output the project's module it constructs returns (None when the index knows
+    no project, and for calls of what is not the project's own)."""
+    callee = ast_dotted_name(call.func)
+    summaries = index.project_summaries() if callee is not None else None
+    if summaries is None:
+        return None
+    scope = index.scope_of(call)
+    resolved = summaries.resolve(index.path, callee, scope)
+    return None if resolved is None else summaries.returned_layer(index.path, callee, scope, resolved)
 
 
 def ast_external_bases(index: SyntaxIndex, call: ast.Call) -> frozenset[str] | None:

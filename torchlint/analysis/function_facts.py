@@ -209,7 +209,17 @@ class FunctionWalker(ExpressionFacts):
             returns=tuple(self._returned(*returned) for returned in self.returns), calls=tuple(self.calls),
             scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
             convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)),
-            returns_instance=self._returns_instance(), forwards=tuple(self.forwards_once))
+            returns_instance=self._returns_instance(), forwards=tuple(self.forwards_once),
+            self_layers=self._self_layers())
+
+    def _self_layers(self) -> dict[str, Layer]:
+        """The fresh Conv/Linear layers assigned to ``self.<attr>``, each attribute assigned once."""
+        found = {}
+        for attribute, values in self.self_values.items():
+            layer, _ = self._layer(self._bound_once(values[0])) if len(values) == 1 else (None, None)
+            if layer is not None:
+                found[attribute] = layer
+        return found
 
     def _returns_instance(self) -> str:
         """The ``C`` every return gives ``C(...)`` of, or None (see FunctionSummary.returns_instance)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from torchlint.analysis.dataclass_json import checked, decode, encode
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 8
+SUMMARY_VERSION = 9
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is
@@ -300,7 +300,8 @@ class FunctionSummary:
     name bound only to those ("" otherwise): ``def make_logger(): ... return Logger(...)``.
     ``forwards``: the model calls it runs once per call, in any grad mode (outside its loops, and
     through calls outside them): a call of it evaluates or trains a model on one input, not a
-    whole pass over a dataset."""
+    whole pass over a dataset. ``self_layers``: the fresh Conv/Linear (or ``nn.Sequential`` ending in
+    one) assigned to ``self.<attr>`` in this method, each attribute assigned once."""
 
     path: str
     qualname: str
@@ -330,6 +331,7 @@ class FunctionSummary:
     convolutions: tuple[Convolution, ...] = ()
     returns_instance: str = ""
     forwards: tuple[Effect, ...] = ()
+    self_layers: dict[str, Layer] = field(default_factory=dict)
 
     @property
     def returns_parameters(self) -> tuple[Operand, ...]:

@@ -118,6 +118,7 @@ class WalkerState:
         self.bound_values: dict[str, ast.AST | None] = {}
         self.all_bound_values: dict[str, list[ast.AST | None]] = {}  # every value a local name is bound to
         self.self_attributes: dict[str, str] = {}
+        self.self_values: dict[str, list[ast.AST | None]] = {}  # self.<attr> -> every value assigned to it
         self.generator = False
         self.builds: set[str] = set()
         self.convolutions: dict[tuple[int, bool], Convolution] = {}  # the first of each dimension, built or applied
@@ -286,6 +287,7 @@ class WalkerState:
                 callee = dotted(value.func) if type(value) is ast.Call else None
                 previous = self.self_attributes.get(target.attr)
                 self.self_attributes[target.attr] = "" if callee is None or previous not in (None, callee) else callee
+                self.self_values.setdefault(target.attr, []).append(value)
             holder = self._holder(target)
             if holder is not None:
                 if how == "assign" and value is not None and _mentions(value, dotted(target)):
