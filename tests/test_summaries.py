@@ -939,6 +939,30 @@ def test_a_buffer_given_for_a_file_replaces_its_disk_text(tmp_path):
     assert len(modules.summaries.function(str(tmp_path / "train.py"), "f").host_syncs) == 1
 
 
+def test_a_buffer_whose_trees_were_let_go_answers_without_parsing_it_whole_again(tmp_path, monkeypatch):
+    """After the prechecks, the engine lets go of an unsaved buffer's function trees but keeps its
+    index (ProjectModules.release_trees): the rules' walk asks about its functions, each parsed again
+    alone, with the same facts as from a fresh summary; ``release`` then forgets the buffer and the
+    disk's text answers again."""
+    import torchlint.analysis.project as project
+
+    write(tmp_path, {"utils.py": "def log(x):\n    pass\n"})
+    path = str(tmp_path / "utils.py")
+    buffer = "import torch\n\n\ndef log(x):\n    print(x.item())\n\n\ndef other(y):\n    return y.cpu()\n"
+    modules = ProjectModules(tmp_path)
+    assert modules.use_source(path, buffer, ast.parse(buffer)).holds_trees()
+    modules.release_trees(path, buffer)
+    parses = []
+    whole = project._summary_of
+    monkeypatch.setattr(project, "_summary_of", lambda *args: parses.append(args) or whole(*args))
+    assert modules.use_source(path, buffer) is modules.summary(path)  # the same text: no new summary
+    assert [s.effect.what for s in modules.summaries.function(path, "log").host_syncs] == ["x.item()"]
+    assert [s.effect.what for s in modules.summaries.function(path, "other").host_syncs] == ["y.cpu()"]
+    assert parses == []  # each function parsed alone, never the whole buffer
+    modules.release(path)
+    assert modules.summaries.function(path, "log").host_syncs == ()  # the disk's text
+
+
 def test_disk_cache_is_used_and_keyed_by_content(tmp_path, monkeypatch):
     project, cache = tmp_path / "project", tmp_path / "cache"
     write(project, PROJECT)

@@ -286,8 +286,6 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         ctx = RuleContext(path=path, source=source, module=module, settings=settings, statements=statements)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
-        if "calls" in vars(ctx):
-            ctx.calls.release()
         for rule, error in dispatcher.crashed:
             _record_crash(crashes, path, type(rule), error)
         if not ctx.reports:
@@ -301,6 +299,7 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
                                    "or exclude the file")]
     finally:
         forget_children()
+        project_modules(settings).release(path)  # a text that is not the disk's: its summary goes
     if "\f" in source and module.code != source:
         # LibCST renders a block indented with a form feed with the form feed on every line, so
         # its columns there are off by one and a fix would land beside its target: report, but
@@ -335,7 +334,10 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
         except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
             _record_crash(crashes, path, rule, error)
     if index.memoized("project-source"):
-        project.release(path)  # the linted text's tree need not outlive the prechecks
+        if passed and not first:  # the linted text's tree need not outlive the prechecks; its index may
+            project.release_trees(path, source)  # serve the walk (lint_source releases it after)
+        else:
+            project.release(path)
     return passed
 
 

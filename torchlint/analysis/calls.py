@@ -155,11 +155,6 @@ class Calls:
         walk(node, on_visit)
         return found[0] if found else None
 
-    def release(self) -> None:
-        """Let go of the linted text's summary (and the tree it holds) once the file is done."""
-        if self._used:
-            self.project.release(self.path)
-
 
 def ast_project_mentions(index: SyntaxIndex, word: str) -> bool:
     """Could a call in the file reach project code that contains ``word`` (see

@@ -207,7 +207,7 @@ class FunctionWalker(ExpressionFacts):
             backward=tuple(self.backward), autograd=tuple(self.autograd), mode_calls=tuple(self.modes),
             builds=tuple(sorted(self.builds)),
             returns=tuple(self._returned(*returned) for returned in self.returns), calls=tuple(self.calls),
-            scope=self.names.scope(self.annotated), self_attributes=self.self_attributes,
+            scope=self.names.scope(self.annotated), self_attributes=self_attributes(self.self_values),
             convolutions=tuple(self.convolutions[key] for key in sorted(self.convolutions)),
             returns_instance=self._returns_instance(), forwards=tuple(self.forwards_once),
             self_layers=self._self_layers())
@@ -297,6 +297,15 @@ class FunctionWalker(ExpressionFacts):
         return Factory(name, self._effect(node), name in RANDOM_FACTORIES)
 
 
+def self_attributes(values: dict[str, list[ast.AST | None]]) -> dict[str, str]:
+    """``self.<attr>`` -> the dotted ``C`` when every value assigned to it is ``C(...)``, else ""."""
+    found = {}
+    for attribute, assigned in values.items():
+        callees = {dotted(value.func) if type(value) is ast.Call else None for value in assigned}
+        found[attribute] = callees.pop() or "" if len(callees) == 1 else ""
+    return found
+
+
 @dataclass(frozen=True)
 class FunctionBindings:
     """What a function's names mean, as its FunctionSummary holds it (those fields alone)."""
@@ -340,7 +349,7 @@ class BindingsWalker(FunctionWalker):
         self.walrus = self.text.walrus(self.node.lineno, self.node.end_lineno)
         self.block(self.node.body)
         return FunctionBindings(self.qualname, self.kind, self.class_name, self.self_name,
-                                self.names.scope(self.annotated), self.self_attributes)
+                                self.names.scope(self.annotated), self_attributes(self.self_values))
 
 
 def _has_docstring(node: ast.AST) -> bool:

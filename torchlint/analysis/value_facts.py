@@ -117,7 +117,6 @@ class WalkerState:
         self.fallbacks: dict[int, tuple[Operand, ...]] = {}  # index in calls -> the result if unresolved
         self.bound_values: dict[str, ast.AST | None] = {}
         self.all_bound_values: dict[str, list[ast.AST | None]] = {}  # every value a local name is bound to
-        self.self_attributes: dict[str, str] = {}
         self.self_values: dict[str, list[ast.AST | None]] = {}  # self.<attr> -> every value assigned to it
         self.generator = False
         self.builds: set[str] = set()
@@ -284,9 +283,6 @@ class WalkerState:
         elif kind is ast.Attribute:
             receiver = target.value
             if type(receiver) is ast.Name and receiver.id == self.self_name:
-                callee = dotted(value.func) if type(value) is ast.Call else None
-                previous = self.self_attributes.get(target.attr)
-                self.self_attributes[target.attr] = "" if callee is None or previous not in (None, callee) else callee
                 self.self_values.setdefault(target.attr, []).append(value)
             holder = self._holder(target)
             if holder is not None:
