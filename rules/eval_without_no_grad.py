@@ -57,7 +57,8 @@ project's own modules. The rule stays silent when gradients are wanted in the fu
 `torch.autograd.grad`, `enable_grad`, `requires_grad`, `torch.func` transforms, there or in a
 function the loop calls, such as a saliency helper), in Lightning's
 `validation_step`/`test_step`/`predict_step` hooks (the Trainer disables grad around them), for a
-function whose every call in the file is already under `no_grad`, for a method known only by its
+function whose every call in the file is already under `no_grad` (directly, or inside a function
+whose every call is), for a method known only by its
 name (no `.eval()` before the loop: frameworks such as Hugging Face pipelines call those under
 their own `no_grad`), and in tests (`test_*.py`,
 `tests/` folders, `test_*` functions, `Test*` classes), where speed is not the point.
@@ -212,7 +213,7 @@ class EvalWithoutNoGrad(Rule):
     def __init__(self, ctx):
         super().__init__(ctx)
         self._reported: set[int] = set()
-        self._calls_under_no_grad: dict[str, bool] | None = None
+        self._calls_under_no_grad: _CallSites | None = None
         self._receivers: dict[int, set[str]] = {}
         self._file_receivers: set[str] | None = None
 
@@ -317,17 +318,23 @@ class EvalWithoutNoGrad(Rule):
             self._receivers[id(scope)] = eval_receivers(self.ctx.code_for(scope))
         return self._receivers[id(scope)]
 
-    def _always_called_without_grad(self, function: str) -> bool:
+    def _always_called_without_grad(self, function: str, seen: frozenset[str] = frozenset()) -> bool:
         """Every call of ``function`` in the file (``function(...)``, ``self.function(...)``) is
-        already under no_grad / inference_mode. Calls are counted in the raw text too, so a call
-        in a definition the engine did not parse counts as one with grad on."""
+        already under no_grad / inference_mode, or in a function every call of which is (deep-text's
+        ``validation`` called by ``benchmark_all_eval``, itself called under no_grad). Calls are
+        counted in the raw text too, so a call in a definition the engine did not parse counts as
+        one with grad on."""
         if self._calls_under_no_grad is None:
-            finder = _CallSites(self.ctx.bindings)
-            visit(self.ctx.module, finder)
-            self._calls_under_no_grad = finder.disabled
+            self._calls_under_no_grad = _CallSites(self.ctx.bindings)
+            visit(self.ctx.module, self._calls_under_no_grad)
         written = len(re.findall(rf"(?<![\w]){re.escape(function)}\s*\(", self.ctx.source)) \
             - len(re.findall(rf"\bdef\s+{re.escape(function)}\s*\(", self.ctx.source))
-        return written > 0 and self._calls_under_no_grad.get(function, 0) == written
+        disabled = self._calls_under_no_grad.disabled.get(function, 0)
+        callers = self._calls_under_no_grad.callers.get(function, [])
+        if written <= 0 or disabled + len(callers) != written:
+            return False
+        return all(caller and caller not in seen and self._always_called_without_grad(caller, seen | {function})
+                   for caller in callers)
 
     def _fix(self, loop: cst.CSTNode):
         fix = self.fix_builder("Wrap the loop in `with torch.no_grad():`",
@@ -357,12 +364,15 @@ class _Suspends(Visitor):
 
 
 class _CallSites(Visitor):
-    """For each function name: how many of its calls in the file are under no_grad."""
+    """For each function name: how many of its calls in the file are under no_grad, and for the
+    others the function each is in ("" at module level)."""
 
     def __init__(self, bindings) -> None:
         self.bindings = bindings
         self.depth = 0  # enclosing no_grad contexts
         self.disabled: dict[str, int] = {}
+        self.callers: dict[str, list[str]] = {}
+        self.functions: list[str] = []  # the names of the enclosing functions, innermost last
 
     def _grad_off(self, node: cst.CSTNode) -> bool:
         if type(node) is cst.With:
@@ -374,13 +384,20 @@ class _CallSites(Visitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._grad_off(node):
             self.depth += 1
-        if type(node) is cst.Call and self.depth:
+        if type(node) is cst.FunctionDef:
+            self.functions.append(node.name.value)
+        elif type(node) is cst.Call:
             name = dotted_name(node.func)
             if name is not None:
                 short = name.rsplit(".", 1)[-1]
-                self.disabled[short] = self.disabled.get(short, 0) + 1
+                if self.depth:
+                    self.disabled[short] = self.disabled.get(short, 0) + 1
+                else:
+                    self.callers.setdefault(short, []).append(self.functions[-1] if self.functions else "")
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         if self._grad_off(original_node):
             self.depth -= 1
+        if type(original_node) is cst.FunctionDef:
+            self.functions.pop()

@@ -729,6 +729,17 @@ row("enable-grad-and-autograd", GRAD, ("train.py", "attack"), [
     "grad enabled",
 ])
 
+row("no-grad-with-torch-imported-again-with-submodules", """
+    import torch
+    import torch.nn.parallel
+    import torch.utils.data
+
+    def net_process(model, image):
+        with torch.no_grad():
+            output = model(image)
+        return output
+    """, ("train.py", "net_process"), [])  # `import torch.nn.parallel` binds `torch` to the same module again
+
 SWITCHES = """
     import torch
 

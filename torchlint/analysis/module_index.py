@@ -160,6 +160,8 @@ class ScopeNames:
                 if star_imports is not None:
                     star_imports.append(Import(node.module or "", None, node.level))
                 continue
+            if name in self.counts and self.imports.get(name) == imported:
+                continue  # `import torch` then `import torch.nn.parallel`: the same module bound again
             self.bind(name)
             self.imports[name] = imported
 
