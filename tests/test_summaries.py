@@ -950,28 +950,33 @@ def test_a_buffer_given_for_a_file_replaces_its_disk_text(tmp_path):
     assert len(modules.summaries.function(str(tmp_path / "train.py"), "f").host_syncs) == 1
 
 
-def test_a_buffer_whose_trees_were_let_go_answers_without_parsing_it_whole_again(tmp_path, monkeypatch):
-    """After the prechecks, the engine lets go of an unsaved buffer's function trees but keeps its
-    index (ProjectModules.release_trees): the rules' walk asks about its functions, each parsed again
-    alone, with the same facts as from a fresh summary; ``release`` then forgets the buffer and the
-    disk's text answers again."""
+def test_an_edited_buffer_is_summarized_once_per_lint(tmp_path, monkeypatch):
+    """The language server lints a buffer that differs from the file on disk: the prechecks
+    summarize it from the tree they parsed, and the rules' walk asks the same summary (it used to be
+    forgotten after the prechecks and parsed again whole for the walk's first question). After the
+    lint, the disk's text answers again."""
+    from torchlint import engine
+    from torchlint.config import resolve_settings
     import torchlint.analysis.project as project
 
-    write(tmp_path, {"utils.py": "def log(x):\n    pass\n"})
-    path = str(tmp_path / "utils.py")
-    buffer = "import torch\n\n\ndef log(x):\n    print(x.item())\n\n\ndef other(y):\n    return y.cpu()\n"
-    modules = ProjectModules(tmp_path)
-    assert modules.use_source(path, buffer, ast.parse(buffer)).holds_trees()
-    modules.release_trees(path, buffer)
-    parses = []
-    whole = project._summary_of
-    monkeypatch.setattr(project, "_summary_of", lambda *args: parses.append(args) or whole(*args))
-    assert modules.use_source(path, buffer) is modules.summary(path)  # the same text: no new summary
-    assert [s.effect.what for s in modules.summaries.function(path, "log").host_syncs] == ["x.item()"]
-    assert [s.effect.what for s in modules.summaries.function(path, "other").host_syncs] == ["y.cpu()"]
-    assert parses == []  # each function parsed alone, never the whole buffer
-    modules.release(path)
-    assert modules.summaries.function(path, "log").host_syncs == ()  # the disk's text
+    write(tmp_path, {"train.py": "x = 1\n"})
+    path = str(tmp_path / "train.py")
+    buffer = "import torch\n\n\ndef make():\n    return torch.zeros(3)\n\n\ny = make().to('cuda')\n"
+    summarized = []
+    original = project.ProjectModules._summarize
+    monkeypatch.setattr(project.ProjectModules, "_summarize",
+                        lambda self, *args, **kwargs: summarized.append(args[0]) or original(self, *args, **kwargs))
+    found = engine.lint_source(buffer, path, resolve_settings(tmp_path, isolated=True, select=["TL201"]))
+    assert [(d.code, d.line) for d in found] == [("TL201", 7)]  # make() returns a factory's CPU tensor
+    assert summarized == [path]
+    assert project_modules_for(tmp_path).summary(path).function("make") is None  # the disk's text again
+
+
+def project_modules_for(root: Path):
+    from torchlint.config import resolve_settings
+    from torchlint.context import project_modules
+
+    return project_modules(resolve_settings(root, isolated=True))
 
 
 def test_disk_cache_is_used_and_keyed_by_content(tmp_path, monkeypatch):

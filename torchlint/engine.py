@@ -333,11 +333,8 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
                     break
         except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
             _record_crash(crashes, path, rule, error)
-    if index.memoized("project-source"):
-        if passed and not first:  # the linted text's tree need not outlive the prechecks; its index may
-            project.release_trees(path, source)  # serve the walk (lint_source releases it after)
-        else:
-            project.release(path)
+    if index.memoized("project-source") and (first or not passed):
+        project.release(path)  # no walk follows; else the walk's questions reuse it, and lint_source releases it
     return passed
 
 

@@ -161,17 +161,6 @@ class ProjectModules:
             self._by_content.pop((path, loaded[0]), None)
             self.summaries.clear()
 
-    def release_trees(self, path: str, source: str) -> None:
-        """A text given with ``use_source`` that is not the disk's (an unsaved buffer) keeps its
-        index but lets go of its functions' trees: one asked for later is parsed alone from
-        ``source``, not the whole text again (``release`` forgets it all after the lint)."""
-        loaded = self._loaded.get(os.path.abspath(path))
-        if loaded is None or loaded[2] is not None or loaded[1] is None:
-            return  # nothing given, or the disk's own text: kept as any file read (``_retain``)
-        path, lines = os.path.abspath(path), SourceLines(source)
-        loaded[1].release_trees(lambda: _summary_of(path, source),
-                                lambda first, last: definition_summarizer(lines, first, last))
-
     def refresh(self) -> list[str]:
         """Drop the files that changed on disk since they were read (and every transitive
         summary); returns their paths."""
@@ -396,16 +385,8 @@ def _reparse(path: str, digest: str) -> ModuleSummary | None:
         if hashlib.sha256(raw).hexdigest() != digest:
             return None
         source = decode_source(raw)[0]
-    except (OSError, SourceDecodeError):
-        return None
-    return _summary_of(path, source)
-
-
-def _summary_of(path: str, source: str) -> ModuleSummary | None:
-    """A fresh summary, with its trees, of a text; None when CPython cannot parse it."""
-    try:
         return summarize_module(ast.parse(source), source, path)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except (OSError, SourceDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
