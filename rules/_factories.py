@@ -13,7 +13,7 @@ from torchlint.analysis.devices import (DETERMINISTIC_FACTORIES, EXACT_FACTORIES
 from torchlint.analysis.calls import ast_call_summary
 from torchlint.analysis.index import SyntaxIndex
 from torchlint.analysis.summaries import Factory
-from torchlint.analysis.syntax import ast_callee, find_keyword, is_literal, names_in
+from torchlint.analysis.syntax import ast_callee, dotted_name, find_keyword, is_literal, names_in
 from torchlint.fixes import FixSpec, set_keyword
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, RuleContext
@@ -209,6 +209,32 @@ def factory_move(ctx: RuleContext, node: cst.Call, extra_names: tuple[str, ...] 
     if target is None or target.to_cpu:
         return None
     return made, factory, target
+
+
+def type_as_move(ctx: RuleContext, node: cst.Call) -> tuple[cst.Call, str, cst.BaseExpression] | None:
+    """For ``torch.<factory>(...).type_as(t)``: the factory call, the factory's name and ``t``.
+    ``type_as`` gives the tensor ``t``'s type, its device included, so a tensor made on the CPU is
+    copied to ``t``'s device (transformers' ``torch.arange(n).type_as(self.inv_freq)``). None for
+    anything else, for a ``t`` that is not a name or an attribute of one, and for a factory that
+    names a device or takes ``*args``/``**kwargs``."""
+    method = node.func
+    if not (isinstance(method, cst.Attribute) and method.attr.value == "type_as" and isinstance(method.value, cst.Call)
+            and len(node.args) == 1 and not node.args[0].star and node.args[0].keyword is None
+            and dotted_name(node.args[0].value) is not None):
+        return None
+    made = method.value
+    factory = tensor_factory(made, ctx.bindings)
+    if factory is None or any(arg.star for arg in made.args) or find_keyword(made, "device") is not None:
+        return None
+    return made, factory, node.args[0].value
+
+
+def ast_type_as_calls(index: SyntaxIndex, *names: str) -> list[ast.Call]:
+    """The precheck twin of type_as_move: the calls of ``names`` whose result is given to
+    ``.type_as(...)`` right away."""
+    wanted = index.names(names)
+    return [call.func.value for call in index.calls("type_as") if isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Call) and ast_callee(call.func.value) in wanted]
 
 
 def moved_value(node: cst.Call) -> cst.BaseExpression | None:

@@ -17,6 +17,10 @@ constructor given one argument that is not a number may be given data (`torch.Lo
 which must be copied anyway; it is reported only when a fill follows it, because the fill replaces
 whatever it was given.
 
+Also when the tensor is given another tensor's type with `.type_as(t)`, which copies it to `t`'s
+device (and casts it to `t`'s dtype): `torch.arange(n).type_as(self.inv_freq)`, as rotary and
+sinusoidal position embeddings write it.
+
 Also when the factory sits in a function of the project's, in any module, whose result the caller
 moves: `self.beta = self.prepare_noise_schedule().to(device)` where the method returns
 `torch.linspace(...)`. The finding is at the call and points to the factory. There is no fix:
@@ -82,7 +86,9 @@ a name, which may hold a CPU tensor that would then meet a CUDA one. There is no
 when the move also converts the dtype: the two conversions would swap order. A typed constructor
 becomes `torch.empty(<sizes>, dtype=<its dtype>, device=...)`, with the same tiers (`torch.empty`
 counts as deterministic, as above). There is no fix when its one argument may be data, or when it was
-imported bare (`from torch import LongTensor`).
+imported bare (`from torch import LongTensor`). A `.type_as(t)` stays, as the cast, and the factory
+gets `device=t.device`, with the same tiers: the same values cast to the same dtype round the same
+on every device.
 
 ## Options
 
@@ -108,7 +114,7 @@ from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._factories import (LEGACY_CONSTRUCTORS, MOVE_AFTER_CALL, NO_HOST_FILL, ast_helper_factory_moves,
                                         ast_moved_calls, ast_rebound_moves, bound_factory_move, chained_factory_move,
                                         create_on_device, creates_non_leaf, factory_move, helper_factory_move,
-                                        legacy_move, rebound_move_in, shown_chain)
+                                        legacy_move, rebound_move_in, shown_chain, type_as_move, ast_type_as_calls)
 
 
 class MoveAfterCreate(Rule):
@@ -121,7 +127,7 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return MOVE_AFTER_CALL.search(text) is not None or rebound_move_in(text)
+        return MOVE_AFTER_CALL.search(text) is not None or rebound_move_in(text) or ").type_as(" in text
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
@@ -129,14 +135,15 @@ class MoveAfterCreate(Rule):
         names = index.rule_option(cls.name, "device-names", cls.options["device-names"][1])  # None: not known
         legacy = [name.split(".")[-1] for name in LEGACY_CONSTRUCTORS]
         return bool(ast_moved_calls(index, *factories, *legacy, extra_names=names, through_methods=True)) \
-            or ast_rebound_moves(index, *factories, extra_names=names) or ast_helper_factory_moves(index, names)
+            or ast_rebound_moves(index, *factories, extra_names=names) or ast_helper_factory_moves(index, names) \
+            or bool(ast_type_as_calls(index, *factories))
 
     def visit_Call(self, node: cst.Call) -> None:
         names = tuple(self.option("device-names"))
         found = factory_move(self.ctx, node, names)
         chained = chained_factory_move(self.ctx, node, names) if found is None else None
         if found is None and chained is None:
-            if not self._legacy(node, names) and not self._from_helper(node, names):
+            if not self._legacy(node, names) and not self._from_helper(node, names) and not self._type_as(node):
                 self._bound_then_moved(node)
             return
         factory_call, factory, move = (chained.factory_call, chained.factory, chained.move) if chained else found
@@ -188,6 +195,29 @@ class MoveAfterCreate(Rule):
                           f"({where(factory.effect)}), then `.{move.method}(...)` copies it to the device; create it "
                           "there with `device=` in the function",
                     related=(related(factory.effect, f"`torch.{factory.name}(...)` makes the tensor on the CPU here"),))
+        return True
+
+    def _type_as(self, node: cst.Call) -> bool:
+        """``torch.arange(n).type_as(x)``: made on the CPU, then copied to ``x``'s device (and cast to
+        its dtype). The fix creates it there, ``torch.arange(n, device=x.device).type_as(x)``, and
+        keeps the cast: safe for deterministic factories (the cast of the same values rounds the same
+        on every device), unsafe for random ones."""
+        found = type_as_move(self.ctx, node)
+        if found is None:
+            return False
+        factory_call, factory, target = found
+        if factory in NO_HOST_FILL or creates_non_leaf(self.ctx, factory_call):
+            return True
+        written = self.ctx.code_for(target).strip()
+        fix = None
+        if all(find_keyword(factory_call, k) is None for k in ("generator", "pin_memory")):
+            device = cst.Attribute(target, cst.Name("device"))
+            fix = self.fix("Create the tensor on the device", self.replace(
+                factory_call, set_keyword(factory_call, "device", device)),
+                applicability="safe" if factory in DETERMINISTIC_FACTORIES else "unsafe")
+        self.report(factory_call, f"`torch.{factory}(...).type_as({written})` fills the tensor on the CPU, then copies "
+                                  f"it to the device of `{written}`; create it there with `device={written}.device`",
+                    fix)
         return True
 
     def _bound_then_moved(self, node: cst.Call) -> None:
