@@ -5,8 +5,10 @@ Finds a model evaluated batch after batch with autograd still on: a loop that ca
 `model.eval()`, or in a function named like evaluation (`validate`, `evaluate`, `test`,
 `predict`, `generate`, `sample`, `extract_features`...), that is not under `torch.no_grad()`,
 `torch.inference_mode()` or `torch.set_grad_enabled(False)` (as a `with` block, a decorator, or a
-statement before the loop). A model is a callee named like one (`model`, `net`, `encoder`...), a
-name the function puts in eval mode, or a name bound to a module (`self.G = Generator()`); it may
+statement before the loop). A model is a callee named like one (`model`, `net`, `encoder`,
+`discriminator`...), a method of one that runs its forward pass (`model.forward_features(x)`,
+`discriminator.feature_extraction(x)`), a name the function puts in eval mode, or a name bound to
+a module (`self.G = Generator()`); it may
 also run inside a helper the loop calls (`predict(model, x)`, in this file or one it imports),
 which is then reported at the call, with the place inside the helper as related information.
 
@@ -94,6 +96,10 @@ WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torc
 LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(validation|test|predict)_|_epoch_end$")
 
 
+# A model's methods that run its forward pass on their input (``model.forward_features(x)``, a GAN
+# discriminator's ``feature_extraction(x)``): a call of one is a call of the model.
+FORWARD_METHODS = frozenset({"forward", "forward_features", "extract_features", "extract_feature",
+                             "feature_extraction"})
 # Prefilter patterns open with a literal, which the regex engine finds fast (a `\b` first does not).
 FUNCTION_NAME = re.compile(r"def\s+(\w+)")
 EVAL_RECEIVER = re.compile(r"([\w.]+)\.eval\(\)")
@@ -198,7 +204,7 @@ class EvalWithoutNoGrad(Rule):
         module_holders = ast_module_holders(index)
         for call in calls:
             func = call.func
-            if isinstance(func, ast.Attribute) and func.attr == "forward":
+            if isinstance(func, ast.Attribute) and func.attr in FORWARD_METHODS:
                 func = func.value
             name = ast_dotted_name(func)
             if name in (None, "self"):
@@ -289,10 +295,12 @@ class EvalWithoutNoGrad(Rule):
         return any(WANTS_GRAD.search(self.ctx.code_for(s)) or self.ctx.loops.uses_autograd(s) for s in beside)
 
     def _model(self, node: cst.Call) -> str | None:
-        """The model a call runs: ``model(x)``, ``self.net(x)``, ``model.forward(x)``, or any
-        callee put in eval mode in this function."""
+        """The model a call runs, as the message names the call: ``model(x)``, ``self.net(x)``,
+        ``model.forward(x)`` (``model``), a method that runs the forward pass
+        (``discriminator.feature_extraction``), or any callee put in eval mode in this function."""
         func = node.func
-        if type(func) is cst.Attribute and func.attr.value == "forward":
+        method = func.attr.value if type(func) is cst.Attribute and func.attr.value in FORWARD_METHODS else None
+        if method is not None:
             func = func.value
         name = dotted_name(func)
         if name is None or name == "self":
@@ -300,7 +308,7 @@ class EvalWithoutNoGrad(Rule):
         last = name.rsplit(".", 1)[-1]
         if MODEL_NAME.search(last) and not MODEL_BUILDER.match(last) and not self._method_of_other(func) \
                 or name in self._eval_receivers(name) or self.ctx.modules.holds_module(name):
-            return name
+            return name if method in (None, "forward") else f"{name}.{method}"
         return None
 
     def _eval_receivers(self, name: str) -> set[str]:

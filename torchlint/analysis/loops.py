@@ -45,8 +45,8 @@ EVAL_FUNCTION = re.compile(
     r"extract|extraction|generate|sample|sampling)(_|$)")
 # The last part of a name that holds a model (``model``, ``self.net``, ``text_encoder``) or a
 # loader of batches (``train_loader``, ``val_dataloader``, ``batches``).
-MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|teacher|student)$",
-                        re.IGNORECASE)
+MODEL_NAME = re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|classifier|generator|discriminator|critic|"
+                        r"teacher|student)$", re.IGNORECASE)
 # Functions named for what they do to a model rather than a model: `build_model(cfg)`,
 # `train_model(...)`, `_extract_info_one_model(...)` end like a model's name.
 MODEL_BUILDER = re.compile(r"^_*(build|create|get|make|load|init|setup|prepare|wrap|define|construct|new|save|"
