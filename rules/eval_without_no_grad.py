@@ -96,6 +96,7 @@ WANTS_GRAD = re.compile(r"backward|autograd\.grad|enable_grad|requires_grad|torc
 LIGHTNING_EVAL_HOOKS = re.compile(r"^(validation|test|predict)_step$|^on_(validation|test|predict)_|_epoch_end$")
 
 
+MAX_CALLER_DEPTH = 6  # how far up its callers a function is followed to find them all under no_grad
 # A model's methods that run its forward pass on their input (``model.forward_features(x)``, a GAN
 # discriminator's ``feature_extraction(x)``): a call of one is a call of the model.
 FORWARD_METHODS = frozenset({"forward", "forward_features", "extract_features", "extract_feature",
@@ -341,6 +342,8 @@ class EvalWithoutNoGrad(Rule):
         callers = self._calls_under_no_grad.callers.get(function, [])
         if written <= 0 or disabled + len(callers) != written:
             return False
+        if callers and len(seen) >= MAX_CALLER_DEPTH:
+            return False  # callers of callers this deep: not known (and the search stays small)
         return all(caller and caller not in seen and self._always_called_without_grad(caller, seen | {function})
                    for caller in callers)
 
