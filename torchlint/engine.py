@@ -265,24 +265,25 @@ def lint_source(source: str, path: str, settings, rules: tuple[type[Rule], ...] 
         candidates = _prechecked(candidates, tree, source, settings, path, crashes, first=bool(limit) and size > limit)
         if not candidates:
             return []  # CPython read the file, so it has no syntax error either
-        too_deep = _too_deep(tree, path)
-        if too_deep is not None:
-            return [too_deep]
-    if limit and size > limit:  # a file some rule would read with LibCST: seconds per 100 KB
-        error = _python_syntax_error(source) if tree is None else None
-        if error is not None and error.lineno:
-            return [_cpython_error(path, error)]
-        return [_not_analysed(path, size, limit, "only its syntax was checked")]
-    if tree is not None:
-        statement_lines = _statement_lines(tree)
-    cut_by = tree if statements is not None else None  # CPython's tree cuts the text into statements
-    del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
-    try:
-        module = parse_module(source) if statements is None else statements.parse(source, cut_by)
-        del cut_by
-    except (cst.ParserSyntaxError, RecursionError) as error:
-        return [_parse_failure(path, source, error)]
-    try:
+    try:  # from here on, the summary the prechecks made of the text is released at every exit (finally)
+        if tree is not None:
+            too_deep = _too_deep(tree, path)
+            if too_deep is not None:
+                return [too_deep]
+        if limit and size > limit:  # a file some rule would read with LibCST: seconds per 100 KB
+            error = _python_syntax_error(source) if tree is None else None
+            if error is not None and error.lineno:
+                return [_cpython_error(path, error)]
+            return [_not_analysed(path, size, limit, "only its syntax was checked")]
+        if tree is not None:
+            statement_lines = _statement_lines(tree)
+        cut_by = tree if statements is not None else None  # CPython's tree cuts the text into statements
+        del tree  # LibCST's tree is the peak of memory: CPython's need not live beside it
+        try:
+            module = parse_module(source) if statements is None else statements.parse(source, cut_by)
+            del cut_by
+        except (cst.ParserSyntaxError, RecursionError) as error:
+            return [_parse_failure(path, source, error)]
         ctx = RuleContext(path=path, source=source, module=module, settings=settings, statements=statements)
         dispatcher = _Dispatcher(ctx, [rule(ctx) for rule in candidates])
         walk(module, dispatcher.on_visit, dispatcher.on_leave)
@@ -333,8 +334,8 @@ def _prechecked(rules: list[type[Rule]], tree: ast.Module, source: str, settings
                     break
         except Exception as error:  # noqa: BLE001 - one rule's bug must not cost the others' findings
             _record_crash(crashes, path, rule, error)
-    if index.memoized("project-source") and (first or not passed):
-        project.release(path)  # no walk follows; else the walk's questions reuse it, and lint_source releases it
+    if index.memoized("project-source") and not passed:
+        project.release(path)  # nothing follows; else the walk's questions reuse it, and lint_source releases it
     return passed
 
 
