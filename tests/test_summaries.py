@@ -972,6 +972,21 @@ def test_an_edited_buffer_is_summarized_once_per_lint(tmp_path, monkeypatch):
     assert project_modules_for(tmp_path).summary(path).function("make") is None  # the disk's text again
 
 
+def test_an_edited_buffer_that_stops_before_the_walk_is_released_too(tmp_path, monkeypatch):
+    """A lint that ends between the prechecks and the walk (a file too deep for LibCST, one LibCST
+    cannot parse) still lets go of the buffer's summary: later questions read the disk's text."""
+    from torchlint import engine
+    from torchlint.config import resolve_settings
+
+    write(tmp_path, {"train.py": "x = 1\n"})
+    path = str(tmp_path / "train.py")
+    buffer = "import torch\n\n\ndef make():\n    return torch.zeros(3)\n\n\ny = make().to('cuda')\n"
+    monkeypatch.setattr(engine, "_too_deep", lambda tree, path: engine.syntax_error(path, "too deep"))
+    found = engine.lint_source(buffer, path, resolve_settings(tmp_path, isolated=True, select=["TL201"]))
+    assert [d.code for d in found] == ["TL000"]
+    assert project_modules_for(tmp_path).summary(path).function("make") is None  # the disk's text
+
+
 def project_modules_for(root: Path):
     from torchlint.config import resolve_settings
     from torchlint.context import project_modules
