@@ -48,10 +48,10 @@ LEGACY_CONSTRUCTORS = {
 }
 FILLS = frozenset({"fill_", "zero_"}) | RANDOM_FILLS
 CHAIN = CHAINED_METHODS | RANDOM_FILLS
-# A move of a call's result: `)`, maybe whitespace or comments, then `.to(` or `.cuda(`.
+# A move of a call's result: `)`, maybe whitespace or comments, then `.to(`, `.cuda(` or `.type_as(`.
 # A comment runs to the end of its line (`#[^\n]*\n`): a comment that could end anywhere would let
 # the pattern split a line of `#`s every possible way, in time exponential in its length.
-MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to)\s*\(")
+MOVE_AFTER_CALL = re.compile(r"\)(?:\s|#[^\n]*\n)*\.\s*(?:cuda|to|type_as)\s*\(")
 # A name moved into itself: `z = z.to(` / `z = z.cuda(`. Found from the move (`= z.to(`) and
 # checked backwards, since a backreference tried at every word of a file took 20 times as long.
 _ASSIGNED_MOVE = re.compile(r"=[ \t]*(\w+)[ \t]*\.[ \t]*(?:cuda|to)[ \t]*\(")

@@ -127,7 +127,7 @@ class MoveAfterCreate(Rule):
 
     @classmethod
     def applies(cls, text: str) -> bool:
-        return MOVE_AFTER_CALL.search(text) is not None or rebound_move_in(text) or ").type_as(" in text
+        return MOVE_AFTER_CALL.search(text) is not None or rebound_move_in(text)
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:

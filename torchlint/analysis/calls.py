@@ -115,8 +115,9 @@ class Calls:
         callee = dotted_name(call.func)
         if callee is None or any(arg.star for arg in call.args):
             return None
-        resolved = self._summaries().resolve(self.path, callee, self.scope())
-        layer = self._summaries().returned_layer(self.path, callee, self.scope(), resolved) if resolved else None
+        summaries, scope = self._summaries(), self.scope()
+        resolved = summaries.resolve(self.path, callee, scope)
+        layer = summaries.returned_layer(self.path, callee, scope, resolved) if resolved else None
         if layer is None:
             return None
         wrapped = resolved.constructor
