@@ -121,9 +121,10 @@ class DdpFindUnused(Rule):
                     return True
         return False
 
-    def _model_classes(self, module: cst.BaseExpression) -> set[str]:
+    def _model_classes(self, module: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> set[str]:
         """Class names the wrapped model may be built from: ``Net(...)``, ``Net().cuda(rank)``,
-        ``copy.deepcopy(model)``, or a name assigned such a value in the same function."""
+        ``copy.deepcopy(model)``, or a name assigned such a value in the same function, followed
+        once per name (``model = model.cuda()`` leads back to ``model``)."""
         while isinstance(module, cst.Call):
             if isinstance(module.func, cst.Attribute) and module.func.attr.value in ("cuda", "to", "float", "half"):
                 module = module.func.value  # Net().cuda(rank)
@@ -133,8 +134,9 @@ class DdpFindUnused(Rule):
                 break
         if isinstance(module, cst.Call):
             return {dotted_name(module.func) or ""}
-        if not isinstance(module, cst.Name):
+        if not isinstance(module, cst.Name) or module.value in seen:
             return set()
+        seen |= {module.value}
         scope = self.ctx.enclosing_function() or self.ctx.module
         values: list[cst.BaseExpression] = []
         wanted = module.value
@@ -145,7 +147,7 @@ class DdpFindUnused(Rule):
                     values.append(node.value)
 
         visit(scope, Assignments())
-        return set().union(*(self._model_classes(v) for v in values if not isinstance(v, cst.Name))) if values else set()
+        return set().union(*(self._model_classes(v, seen) for v in values if not isinstance(v, cst.Name))) if values else set()
 
 
 def _wraps_ddp(qualified: str | None) -> bool:
