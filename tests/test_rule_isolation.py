@@ -112,3 +112,26 @@ def test_a_name_rebound_to_itself_ends(tmp_path):
     found = lint_source(source, "train.py", settings(tmp_path), crashes=crashes)
     assert crashes == []
     assert [(d.code, d.line + 1) for d in found] == [("TL201", 7)]
+
+
+def test_a_failing_rule_fails_the_run_and_is_not_cached(tmp_path, monkeypatch):
+    """The command line reports a rule's failure as an internal error (exit 2, DESIGN's exit
+    codes), with the other rules' findings, and keeps no cache entry for the file: a second run
+    meets the failure again instead of "All checks passed!" (swav's scripts, before 6cf6c32)."""
+    from click.testing import CliRunner
+
+    from torchlint.cli import main
+
+    retained_graph = next(rule for rule in all_rules() if rule.code == "TL101")
+    monkeypatch.setattr(retained_graph, "visit_Call", lambda self, node: [][0], raising=False)
+    (tmp_path / "train.py").write_text(LEAK + "mask = torch.zeros(3).cuda()\n")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        result = CliRunner().invoke(main, ["check", "--isolated", "--select", "TL101,TL201", "--cache-dir", "cache",
+                                           "train.py"])
+        assert result.exit_code == 2, result.output
+        assert "torchlint: error: train.py: rule TL101 (retained-graph) failed on this file (IndexError" \
+               in result.stderr
+        assert "train.py:8:8: TL201" in result.stdout
+        assert "1 rule failed on 1 file: its findings there are missing (see the error above)." in result.stdout
+        assert "All checks passed!" not in result.stdout

@@ -275,15 +275,18 @@ def _check_paths(paths, settings, run: Run, report: Report) -> int:
     options = Options(fix=run.fix, diff=run.diff, cache=Cache(run.cache, settings.fingerprint) if run.cache else None)
     results = check_files(files, settings, options, run.jobs)
     errors += [r.error for r in results if r.error]
-    for message in errors:
+    crashes = [crash for r in results for crash in r.crashes]  # counted apart: the file was checked
+    for message in errors + crashes:
         _error(message)
 
     if run.diff:
         written = report.emit("".join(patch_text(r) for r in results), sys.stdout)
         report.after_diff(results, settings)
-        return EXIT_ERROR if errors or not written else (EXIT_FINDINGS if any(r.diff for r in results) else EXIT_CLEAN)
+        if errors or crashes or not written:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if any(r.diff for r in results) else EXIT_CLEAN
     text = report.render(results, settings, fix=run.fix, errors=len(errors), stream=sys.stdout)
-    if not report.emit(text, sys.stdout) or errors:
+    if not report.emit(text, sys.stdout) or errors or crashes:
         return EXIT_ERROR
     remaining = any(r.diagnostics for r in results)
     return EXIT_FINDINGS if remaining and not run.exit_zero else EXIT_CLEAN
@@ -305,19 +308,19 @@ def _check_stdin(name, settings, run: Run, report: Report) -> int:
             result = FileResult(name, text)
         else:
             result = check_text(text, name, settings, Options(fix=run.fix, diff=run.diff))
-    if result.error:
-        _error(result.error)  # before the summary, which refers to it
+    for error in result.errors:
+        _error(error)  # before the summary, which refers to it
     if run.diff:
         written = report.emit(patch_text(result), sys.stdout)
         report.after_diff([result], settings)
-        if result.error or not written:
+        if result.errors or not written:
             return EXIT_ERROR
         return EXIT_FINDINGS if result.diff else EXIT_CLEAN
     if run.fix:
         sys.stdout.write(result.source)  # the fixed buffer, for editors; the report goes to stderr
     stream = sys.stderr if run.fix else sys.stdout
     text = report.render([result], settings, fix=run.fix, errors=1 if result.error else 0, stream=stream)
-    if not report.emit(text, stream) or result.error:
+    if not report.emit(text, stream) or result.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if result.diagnostics and not run.exit_zero else EXIT_CLEAN
 

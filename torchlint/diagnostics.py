@@ -142,3 +142,9 @@ class FileResult:
     diff: str = ""
     error: str | None = None  # could not be read or written: exit 2
     cells: list[str] | None = None  # a notebook's cell texts: what diagnostics with a `cell` refer to
+    crashes: list[str] = field(default_factory=list)  # rules that failed on the file: exit 2 too
+
+    @property
+    def errors(self) -> list[str]:
+        """What the run reports as errors for this file (each exits 2)."""
+        return ([self.error] if self.error else []) + self.crashes

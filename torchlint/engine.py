@@ -10,6 +10,8 @@ import sys
 import traceback
 import warnings
 from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
@@ -80,14 +82,32 @@ def _crash_message(path: str, rule: type[Rule], error: BaseException) -> str:
             "it (set TORCHLINT_DEBUG=1 for the traceback)")
 
 
+_collected: ContextVar[list[str] | None] = ContextVar("torchlint_crashes", default=None)
+
+
+@contextmanager
+def collecting_crashes():
+    """Gather the rule failures of every lint inside the block (fix rounds and notebook cells
+    included) whose caller passed no ``crashes`` list: the list it yields, each message once."""
+    crashes: list[str] = []
+    token = _collected.set(crashes)
+    try:
+        yield crashes
+    finally:
+        _collected.reset(token)
+
+
 def _record_crash(crashes: list[str] | None, path: str, rule: type[Rule], error: BaseException) -> None:
-    """Tell the caller (or, when it does not listen, standard error) that a rule failed."""
+    """Tell the caller, or the enclosing ``collecting_crashes``, or else standard error, that a
+    rule failed."""
     message = _crash_message(path, rule, error)
     if os.environ.get("TORCHLINT_DEBUG"):
         traceback.print_exception(error)
     if crashes is None:
+        crashes = _collected.get()
+    if crashes is None:
         print(f"torchlint: error: {message}", file=sys.stderr)
-    else:
+    elif message not in crashes:  # a fix round lints the file again and meets the same failure
         crashes.append(message)
 
 

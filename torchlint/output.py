@@ -215,7 +215,7 @@ def format_sarif(results) -> str:
                         for edit in fix["edits"]]}],
                 }]
             sarif_results.append(result)
-    errors = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
+    errors = [error for r in sorted(results, key=lambda r: r.path) for error in r.errors]
     run = {
         "tool": {"driver": {"name": "torchlint", "version": __version__, "semanticVersion": __version__,
                             "informationUri": INFORMATION_URI, "rules": rules}},
@@ -372,8 +372,8 @@ def format_text(results, *, unsafe_fixes: bool, fix_mode: bool, errors: int = 0,
                 summary: bool = True, show_fixes: bool = False, color: bool = False) -> str:
     """The findings and Ruff's summary: one line a finding, or with ``show_source`` (the ``full``
     format) each with its source line and a caret under the span. ``errors``: paths that could
-    not be read, checked or written (reported on stderr): with any, the summary never says that
-    all passed. ``show_fixes`` lists what ``--fix`` fixed per file before the summary; ``summary``
+    not be read, checked or written (reported on stderr), and rules that failed on a file (each
+    result's ``crashes``): with any, the summary never says that all passed. ``show_fixes`` lists what ``--fix`` fixed per file before the summary; ``summary``
     False (``-q``) leaves the summary out. A blank line separates the parts, and full's entries."""
     palette = Palette(color)
     diagnostics = [(r, d) for r in sorted(results, key=lambda r: r.path) for d in r.diagnostics]
@@ -406,11 +406,17 @@ def _summary(results, diagnostics, unsafe_fixes: bool, fix_mode: bool, errors: i
         summary.append(f"Found {_plural(count + fixed, 'error')} ({fixed} fixed, {count} remaining).")
     elif count:
         summary.append(f"Found {_plural(count, 'error')}.")
-    elif not errors:
+    failed = sum(len(r.crashes) for r in results)
+    if not (count or fixed or errors or failed):
         summary.append("All checks passed!")
     if errors:
         paths, them = ("path", "error") if errors == 1 else ("paths", "errors")
         summary.append(f"Could not check{' or fix' if fix_mode else ''} {errors} {paths} (see the {them} above).")
+    if failed:
+        files = sum(1 for r in results if r.crashes)
+        its, them = ("its", "error") if failed == 1 else ("their", "errors")
+        summary.append(f"{_plural(failed, 'rule')} failed on {_plural(files, 'file')}: "
+                       f"{its} findings there are missing (see the {them} above).")
     fixable = sum(1 for _, d in diagnostics if d.fix is not None and d.fix.applies(unsafe_fixes))
     hidden = sum(1 for _, d in diagnostics if d.fix is not None and not d.fix.applies(unsafe_fixes))
     hidden_fixes = f"{_plural(hidden, 'hidden fix', 'es')} can be enabled with the `--unsafe-fixes` option"

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from torchlint.diagnostics import Diagnostic, Edit, FileResult, Fix, Related, Severity
-from torchlint.engine import FixError, fix_source, lint_source, syntax_error
+from torchlint.engine import FixError, collecting_crashes, fix_source, lint_source, syntax_error
 from torchlint.fileio import (SourceDecodeError, SourceFile, SourceReadError, WriteError, read_source, signals_held,
                               write_source)
 from torchlint.notebook import check_notebook_text, is_notebook
@@ -64,6 +64,12 @@ class Cache:
         except OSError:
             pass  # a cache that cannot be written is only slower
 
+    def forget(self, raw: bytes, path: str) -> None:
+        try:
+            self._file(raw, path).unlink(missing_ok=True)
+        except OSError:
+            pass
+
 
 def _diagnostic_from_dict(data: dict) -> Diagnostic:
     fix = data.get("fix")
@@ -81,7 +87,19 @@ class Options:
 
 
 def check_text(source: str, path: str, settings, options: Options, raw: bytes | None = None) -> FileResult:
-    """Lint (and fix, per options) one text; writing is the caller's business."""
+    """Lint (and fix, per options) one text; writing is the caller's business. A rule that fails
+    on the text is in the result's ``crashes``, and the result is not kept in the cache: the next
+    run reports the failure again."""
+    with collecting_crashes() as crashes:
+        result = _check_text(source, path, settings, options, raw)
+    if crashes:
+        result.crashes = crashes
+        if options.cache is not None and raw is not None:
+            options.cache.forget(raw, path)
+    return result
+
+
+def _check_text(source: str, path: str, settings, options: Options, raw: bytes | None = None) -> FileResult:
     if is_notebook(path):
         return check_notebook_text(source, path, settings, options, raw)
     result = FileResult(path, source)
