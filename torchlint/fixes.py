@@ -89,7 +89,7 @@ def _bare_separator(comma: cst.Comma) -> cst.Comma:
 
 def set_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """``call`` with keyword ``name=value``: replaced in place if present, else appended in the
-    call's own layout (one line, or one argument a line with a trailing comma)."""
+    call's own layout (one line, or one argument a line, with or without a trailing comma)."""
     args = list(call.args)
     for i, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == name:
@@ -98,25 +98,42 @@ def set_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Cal
     new = keyword_argument(name, value)
     if args:
         last = args[-1]
-        if isinstance(last.comma, cst.Comma):
-            # a trailing comma: the new argument takes it, the old last one gets a separator
-            # like the ones between the other arguments (not their comments)
-            separator = _bare_separator(args[-2].comma) if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) \
-                else cst.Comma(whitespace_after=call.whitespace_before_args)
-            closing = last.comma.whitespace_after
+        trailing = isinstance(last.comma, cst.Comma)
+        # what stands before the closing parenthesis: after a trailing comma, or after the last
+        # argument (``drop_last=True\n    )``); the new argument ends with it
+        closing = last.comma.whitespace_after if trailing else last.whitespace_after_arg
+        if trailing or isinstance(closing, cst.ParenthesizedWhitespace):
+            # the old last argument gets a separator like the ones between the other arguments
+            # (not their comments)
+            separator = _separator(call, args)
             if isinstance(closing, cst.ParenthesizedWhitespace) and closing.first_line.comment is not None \
                     and isinstance(separator.whitespace_after, cst.ParenthesizedWhitespace):
                 # the old last argument keeps the comment at the end of its line
-                separator = separator.with_changes(whitespace_before=last.comma.whitespace_before,
+                separator = separator.with_changes(whitespace_before=last.comma.whitespace_before if trailing
+                                                   else cst.SimpleWhitespace(""),
                                                    whitespace_after=closing.with_changes(
                                                        last_line=separator.whitespace_after.last_line))
                 closing = closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
-            new = new.with_changes(comma=last.comma.with_changes(whitespace_after=closing))
-            args[-1] = last.with_changes(comma=separator)
+            if trailing:
+                new = new.with_changes(comma=last.comma.with_changes(whitespace_after=closing))
+                args[-1] = last.with_changes(comma=separator)
+            else:
+                new = new.with_changes(whitespace_after_arg=closing)
+                args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
         else:
             args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     args.append(new)
     return call.with_changes(args=args)
+
+
+def _separator(call: cst.Call, args: list[cst.Arg]) -> cst.Comma:
+    """The comma to put after the last of ``args`` when an argument follows it: the one between
+    the last two arguments, or one that starts a line as the first argument does, else ``, ``."""
+    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+        return _bare_separator(args[-2].comma)
+    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        return cst.Comma(whitespace_after=call.whitespace_before_args)
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
 def remove_arg(call: cst.Call, target: cst.Arg) -> cst.Call:
