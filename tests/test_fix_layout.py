@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from torchlint.fixes import set_keyword
+from torchlint.fixes import insert_arg, set_keyword
 
 CASES = [
     ("f(a, b)", "f(a, b, k=1)"),
@@ -28,3 +28,14 @@ CASES = [
 def test_a_keyword_is_added_in_the_calls_layout(before, after):
     call = cst.parse_expression(before)
     assert cst.Module([]).code_for_node(set_keyword(call, "k", cst.Integer("1"))) == after
+
+
+@pytest.mark.parametrize("before, after", [(b, a.replace("k=1", "1")) for b, a in CASES[:-1]])
+def test_an_argument_inserted_last_follows_the_same_layout(before, after):
+    call = cst.parse_expression(before)
+    assert cst.Module([]).code_for_node(insert_arg(call, len(call.args), cst.Arg(cst.Integer("1")))) == after
+
+
+def test_an_argument_inserted_before_others_takes_their_separator():
+    call = cst.parse_expression("f(\n    a,\n    b\n)")
+    assert cst.Module([]).code_for_node(insert_arg(call, 0, cst.Arg(cst.Integer("1")))) == "f(\n    1,\n    a,\n    b\n)"

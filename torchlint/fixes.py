@@ -95,7 +95,12 @@ def set_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Cal
         if arg.keyword is not None and arg.keyword.value == name:
             args[i] = arg.with_changes(value=value)
             return call.with_changes(args=args)
-    new = keyword_argument(name, value)
+    return _appended(call, keyword_argument(name, value))
+
+
+def _appended(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` after its last argument, in the call's own layout."""
+    args = list(call.args)
     if args:
         last = args[-1]
         trailing = isinstance(last.comma, cst.Comma)
@@ -163,24 +168,15 @@ def insert_arg(call: cst.Call, index: int, new: cst.Arg) -> cst.Call:
     """``call`` with ``new`` inserted before its ``index``-th argument (``len(call.args)``: at the
     end), separated like the call's other arguments (a call written one argument a line keeps
     that layout, and a trailing comma stays last)."""
+    if index >= len(call.args):
+        return _appended(call, new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
     args = list(call.args)
     before = call.whitespace_before_args
     # one argument a line: the same line break and indentation, without the comment that may
     # follow the opening parenthesis
     separator = cst.Comma(whitespace_after=before.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=())
                           if isinstance(before, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" "))
-    if index < len(args):
-        args.insert(index, new.with_changes(comma=separator))
-    elif args:
-        last = args[-1]
-        if isinstance(last.comma, cst.Comma):  # a trailing comma: the new last argument takes it
-            args[-1] = last.with_changes(comma=separator)
-            args.append(new.with_changes(comma=last.comma))
-        else:
-            args[-1] = last.with_changes(comma=separator)
-            args.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
-    else:
-        args.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+    args.insert(index, new.with_changes(comma=separator))
     return call.with_changes(args=args)
 
 
