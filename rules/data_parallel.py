@@ -83,7 +83,9 @@ dropped. TL502 `ddp-sampler` then adds `sampler.set_epoch(epoch)` to the epoch l
 `--fix` run. `torchlint verify --nproc 2 --unsafe-fixes` checks the rewritten script under
 `torchrun` (world size 2) and as plain python. No fix when a training loader cannot be sharded (it
 has a sampler of its own, takes `**kwargs` or a positional `shuffle`, or builds its dataset inside
-the call, which would then be built twice), for a `DataParallel(...)` call with `dim=` or
+the call, which would then be built twice), when the rule cannot follow a loader to the loop
+that trains on it (the loop iterates a parameter or a name bound twice, or a loader built in
+another module, or the loader is drawn with `next(iter(...))`), for a `DataParallel(...)` call with `dim=` or
 `**kwargs` or in a class body, in a file that trains nothing, or in a script that already has a DDP
 path.
 
@@ -104,6 +106,7 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 
 from torchlint.analysis.calls import ast_external_bases
+from torchlint.analysis.loops import iterated_value
 from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, dataloader_argument,
                                     is_dataloader_call)
 from torchlint.analysis.syntax import atom_types, dotted_name, find_argument, find_keyword, has_star_args, returns_of
@@ -152,6 +155,7 @@ class _Loader:
 
     call: cst.Call
     place: _Place | None
+    loops: list[cst.For]  # the loops seen iterating it (through the name it is bound to once)
     trains: bool  # a training loop iterates it
     sharded: bool  # it has a DistributedSampler already
     shard: tuple[cst.BaseExpression, cst.Arg | None] | None  # its dataset and `shuffle=`; None: cannot be sharded
@@ -182,6 +186,7 @@ class DataParallel(Rule):
         super().__init__(ctx)
         self.sites: list[_Site] = []
         self.loaders: list[_Loader] = []
+        self.data_loops: list[cst.For] = []  # loops over something else than a range that backpropagate
         self.uses_ddp = False
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -193,13 +198,20 @@ class DataParallel(Rule):
         elif qualified in DISTRIBUTED_DATA_PARALLEL:
             self.uses_ddp = True
         elif is_dataloader_call(node, self.ctx.bindings):
-            trains = any(self.ctx.loops.runs_backward(loop)
-                         for loop in self.ctx.loops.iterating_loops(self.ctx.bound_name()))
+            loops = self.ctx.loops.iterating_loops(self.ctx.bound_name())
+            trains = any(self.ctx.loops.runs_backward(loop) for loop in loops)
             sampler = dataloader_argument(node, "sampler")
             sampler = sampler.value if sampler is not None else None
             sharded = is_sampler_helper(sampler) or (
                 isinstance(sampler, cst.Call) and self.ctx.qualified_name(sampler.func) in DISTRIBUTED_SAMPLERS)
-            self.loaders.append(_Loader(node, self._place(), trains, sharded, self._shard(node) if trains else None))
+            self.loaders.append(_Loader(node, self._place(), loops, trains, sharded,
+                                        self._shard(node) if trains else None))
+
+    def visit_For(self, node: cst.For) -> None:
+        iterated = iterated_value(node, self.ctx.bindings)
+        if not (isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "range") \
+                and self.ctx.loops.backpropagated_names(node) is not None:
+            self.data_loops.append(node)
 
     @cached_property
     def _project_subclasses(self) -> bool:
@@ -240,6 +252,17 @@ class DataParallel(Rule):
                                        "`DistributedDataParallel` even on one machine; use DDP launched by "
                                        "torchrun, with a `DistributedSampler` for the training data",
                             self._fix(site))
+
+    def _every_data_loop_is_seen(self) -> bool:
+        """Is every loader of the file seen where it is iterated, and every loop that trains on
+        data known to iterate one of them? A loader handed on under another name (``train(loader)``
+        whose parameter is rebound, ``loader = tqdm(loader)``), built in another file, or drawn
+        with ``next(iter(loader))`` would get no sampler, and each process would train on the
+        whole dataset."""
+        if any(not loader.loops and not loader.sharded for loader in self.loaders):
+            return False
+        seen = {id(loop) for loader in self.loaders for loop in loader.loops}
+        return all(id(loop) in seen for loop in self.data_loops)
 
     def _site(self, call: cst.Call, subclass: str | None = None) -> _Site:
         """The call, with what the code does with the module it wraps: the chain of methods on it
@@ -292,6 +315,8 @@ class DataParallel(Rule):
         loaders = [loader for loader in self.loaders if loader.trains and not loader.sharded]
         if any(loader.shard is None or loader.place is None for loader in loaders):
             return None  # a training loader that cannot be sharded: DDP would train on every sample per rank
+        if not self._every_data_loop_is_seen():
+            return None
         if site.place is None or site.place.in_class:
             return None
         # the other DataParallel calls of the block count as places too: each fix then writes its
