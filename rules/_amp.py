@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from torchlint.analysis.syntax import bare_call, dotted_name, method_call, names_in
+from torchlint.analysis.syntax import bare_call, dotted_name, method_call, names_in, target_names
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import NodeEdit, block_indentation, statement_code
 from torchlint.lazy import libcst as cst
@@ -157,6 +157,54 @@ def computation_run(body: Sequence[cst.CSTNode], end: int, names: set[str]) -> i
     return start
 
 
+class _Calls(Visitor):
+    found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        self.found = True
+        return False
+
+
+class _Assigned(Visitor):
+    """Names a block of statements assigns: ``x = ...``, ``x += ...``, ``for x in ...``."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.names |= target_names(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.names |= target_names(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.names |= target_names(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.names |= target_names(node.target)
+
+
+def _computes_under_autocast(body: Sequence[cst.CSTNode], start: int, end: int, loss_names: set[str]) -> bool:
+    """Does the run ``body[start:end]`` hold the computation that autocast is for? It must call
+    something (a forward, a loss function), and no compound statement above it in the block
+    (a loop that accumulates a regulariser, an ``if``) may assign a name the run reads: the loss
+    would then be computed partly outside the run, and the fix would put little or nothing in
+    float16 (stylegan2-ada's projector: only ``loss = dist + reg_loss * weight``)."""
+    calls = _Calls()
+    for statement in body[start:end]:
+        visit(statement, calls)
+    if not calls.found:
+        return False
+    read = set(loss_names).union(*(names_in(statement) for statement in body[start:end]))
+    for statement in body[:start]:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            assigned = _Assigned()
+            visit(statement, assigned)
+            if assigned.names & read:
+                return False
+    return True
+
+
 def mixed_precision_step(ctx: RuleContext, block: cst.IndentedBlock, index: int, loss_names: set[str], scaler: str,
                          autocast: str, optimizer: str | None = None) -> MixedPrecisionStep | None:
     """Edits that turn one float32 training step of ``block`` (an ancestor of the current
@@ -170,7 +218,7 @@ def mixed_precision_step(ctx: RuleContext, block: cst.IndentedBlock, index: int,
     code in between that reads ``.grad`` or clips inside a nested block."""
     body = block.body
     start = computation_run(body, index, loss_names)
-    if start == index:
+    if start == index or not _computes_under_autocast(body, start, index, loss_names):
         return None
     step = None
     for position in range(index + 1, len(body)):

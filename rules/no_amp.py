@@ -70,7 +70,8 @@ themselves off with a warning, so the script still runs. The fix is withheld whe
 the loss on logits with `nn.BCEWithLogitsLoss` first), when the optimizer step is not in the same
 block as the backward call,
 when code between them reads `.grad`, and when the lines before `backward()` are not the
-assignments that compute the loss. A scaler created in a function that is called once per epoch
+assignments that compute the loss: when they call nothing, or when a loop or another block above
+them computes part of it (autocast would then cover little or none of the forward pass). A scaler created in a function that is called once per epoch
 starts from its initial scale each epoch; move it out if so.
 
 ## Versions
