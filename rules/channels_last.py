@@ -1,8 +1,9 @@
 """
 ## What it does
 
-Finds convolutional training scripts (`nn.Conv2d` or a `torchvision.models` network, in the script
-or in the project's module it imports the model from: see `cudnn-benchmark`) that train
+Finds convolutional training scripts (`nn.Conv2d` or an image network of `torchvision.models`,
+not a video one, and `get_model(name)` only with the name written out; in the script or in the
+project's module it imports the model from: see `cudnn-benchmark`) that train
 on CUDA with mixed precision (autocast, a `GradScaler`, or a half/bfloat16 model) and never use the
 channels-last memory format. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function), on its first training loop that running

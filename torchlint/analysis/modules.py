@@ -76,13 +76,35 @@ def layer_class(qualified: str | None) -> bool:
     return last[:1].isupper() and last not in NOT_LAYERS and not NOT_LAYER_PACKAGES.intersection(parts[2:-1])
 
 
-def convolution_dimension(qualified: str | None) -> int | None:
-    """1, 2 or 3 for ``nn.Conv1d``/``Conv2d``/``Conv3d`` and their transposed and lazy forms; 2
-    for a ``torchvision.models`` network (image models: 2-D convolutions); else None."""
+# torchvision.models functions that build no network of a known kind: the registry's lookups
+# (``get_model(name)`` may build a video network, with 3-D convolutions, as well as an image one)
+# and the weights' helpers
+REGISTRY_LOOKUPS = frozenset({"torchvision.models.get_model", "torchvision.models.get_model_builder"})
+NOT_IMAGE_NETWORKS = frozenset({
+    "torchvision.models.get_weight", "torchvision.models.get_model_weights", "torchvision.models.list_models",
+    "torchvision.models.feature_extraction.get_graph_node_names",
+})
+
+
+# the networks of torchvision.models.video (3-D convolutions), as the registry names them
+VIDEO_NETWORKS = frozenset({"r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v1_b", "mvit_v2_s", "swin3d_t",
+                            "swin3d_s", "swin3d_b"})
+
+
+def convolution_dimension(qualified: str | None, network: str | None = None) -> int | None:
+    """1, 2 or 3 for ``nn.Conv1d``/``Conv2d``/``Conv3d`` and their transposed and lazy forms; 3
+    for a ``torchvision.models.video`` network, 2 for another ``torchvision.models`` network
+    (image models: 2-D convolutions); else None. ``get_model(name)`` counts only with the name
+    written out (``network``: the call's first argument when it is a string), the weights'
+    helpers never."""
     if qualified is None:
         return None
     if qualified.startswith("torchvision.models."):
-        return 2
+        if qualified in REGISTRY_LOOKUPS:
+            return None if network is None else 3 if network in VIDEO_NETWORKS else 2
+        if qualified in NOT_IMAGE_NETWORKS or "_Weights" in qualified:
+            return None
+        return 3 if qualified.startswith("torchvision.models.video.") else 2
     return CONVOLUTIONS.get(qualified)
 
 
@@ -293,7 +315,9 @@ class Modules:
 
         class Convolutions(Visitor):
             def visit_Call(self, node: cst.Call) -> None:
-                dimension = convolution_dimension(bindings.qualified_name(node.func))
+                first = node.args[0].value if node.args and node.args[0].keyword is None else None
+                network = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+                dimension = convolution_dimension(bindings.qualified_name(node.func), network)
                 if dimension is not None:
                     found.add(dimension)
 

@@ -521,7 +521,9 @@ class ExpressionFacts(WalkerState):
     def _convolution(self, node: ast.Call, qualified: str | None) -> None:
         """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built;
         ``F.conv2d(x, w)``: one applied (the first of each dimension and kind is kept)."""
-        dimension, functional = convolution_dimension(qualified), False
+        first = node.args[0] if node.args else None
+        network = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        dimension, functional = convolution_dimension(qualified, network), False
         if dimension is None:
             dimension, functional = functional_convolution_dimension(qualified), True
         if dimension is not None and (dimension, functional) not in self.convolutions:
