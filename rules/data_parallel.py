@@ -244,9 +244,13 @@ class DataParallel(Rule):
                                        "trains); for inference, run one process per GPU on its own share of the "
                                        "inputs, or one GPU, instead of scattering every batch from one process")
             elif uses_ddp:
+                # a DDP path whose processes the script starts itself (`mp.spawn(main_worker, ...)`,
+                # behind a flag such as `--multiprocessing-distributed`) is not launched by torchrun
+                launch = "use that one (the script starts its processes with `spawn(...)`)" \
+                    if "spawn(" in self.ctx.code else "launch that one with torchrun"
                 self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
                                        "`DistributedDataParallel` even on one machine; this script already has a "
-                                       "DDP path: launch that one with torchrun")
+                                       f"DDP path: {launch}")
             else:
                 self.report(site.call, "`DataParallel` drives every GPU from one process and is slower than "
                                        "`DistributedDataParallel` even on one machine; use DDP launched by "

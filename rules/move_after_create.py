@@ -161,7 +161,7 @@ class MoveAfterCreate(Rule):
         advice = "create it on the device with `device=`"
         if find_keyword(factory_call, "generator") is not None:  # a CPU generator cannot drive a GPU factory
             advice += " and a generator made on that device (`torch.Generator(device=...)`)"
-        self.report(factory_call, f"`{shown}` fills the tensor on the CPU, then copies it; {advice}",
+        self.report(factory_call, f"`{shown}` {_makes(factory, methods)} the tensor on the CPU, then copies it; {advice}",
                     create_on_device(self, node, factory_call, factory, move, methods=methods,
                                      exact_between=not chained or not chained.scaling or chained.scaled_by_literal))
 
@@ -215,7 +215,7 @@ class MoveAfterCreate(Rule):
             fix = self.fix("Create the tensor on the device", self.replace(
                 factory_call, set_keyword(factory_call, "device", device)),
                 applicability="safe" if factory in DETERMINISTIC_FACTORIES else "unsafe")
-        self.report(factory_call, f"`torch.{factory}(...).type_as({written})` fills the tensor on the CPU, then copies "
+        self.report(factory_call, f"`torch.{factory}(...).type_as({written})` {_makes(factory)} the tensor on the CPU, then copies "
                                   f"it to the device of `{written}`; create it there with `device={written}.device`",
                     fix)
         return True
@@ -252,3 +252,8 @@ class MoveAfterCreate(Rule):
         fix = self.fix_builder("Create the tensor on the device", "safe" if safe else "unsafe")
         return fix.remove_statement(moved, [(factory_call, new)]).build()
 
+
+def _makes(factory: str, methods: tuple = ()) -> str:
+    """What the factory does on the CPU: ``torch.empty`` only allocates (unless a method then
+    fills it); the others fill."""
+    return "allocates" if factory in ("empty", "empty_strided") and not methods else "fills"
