@@ -58,6 +58,11 @@ one-step numerical check, not training), and, for `SGD`, in files
 that use a `GradScaler` (a fused SGD step advanced the momentum buffer on the steps the scaler
 skipped after an overflow: LibreYOLO/libreyolo#771) or sparse gradients.
 
+A run resumed from a checkpoint saved before the fix does not use the fused kernel: the
+optimizer's `load_state_dict` takes each parameter group's options from the checkpoint, and a
+group saved without `fused` gets `fused=None` (checked with torch 2.13). Set
+`group["fused"] = True` on each of `optimizer.param_groups` after loading, or save a new checkpoint.
+
 ## Versions
 
 `fused=True` exists for `Adam` and `AdamW` from torch 2.0 and for `SGD` from torch 2.3; the rule
