@@ -58,8 +58,9 @@ dataset class of the file whose `__getitem__` calls nothing (it only indexes dat
 memory, which costs less than sending the batches between processes) or a function of the file
 that returns one of these, an
 `IterableDataset` defined in the file that does not split its stream with `get_worker_info()`
-(every worker would yield every sample), and a call with `*args`/`**kwargs` that may carry
-`num_workers`.
+(every worker would yield every sample), a call with `*args`/`**kwargs` that may carry
+`num_workers`, and a loader bound to a name that nothing in the file reads, in a function, a script
+or a notebook (it loads no batch).
 
 ## References
 
@@ -113,11 +114,24 @@ class DataloaderNumWorkers(Rule):
         if workers is not None and not is_literal(workers.value, 0):
             return
         dataset = dataloader_argument(node, "dataset")
-        if dataset is None or self._workers_do_not_help(dataset.value):
+        if dataset is None or self._workers_do_not_help(dataset.value) or self._never_read():
             return
         loads = "`DataLoader(..., num_workers=0)`" if workers is not None else "`DataLoader` without `num_workers`"
         self.report(node, f"{loads} loads every batch in the training process while the GPU waits; "
                           "pass `num_workers=min(8, os.cpu_count() or 1)` and tune it", self._fix(node, workers))
+
+    def _never_read(self) -> bool:
+        """Is the loader bound to a name that nothing in the file reads, in a function or in a
+        script or notebook (which no other module imports it from)? It then loads no batch at all
+        (a `test_loader` made beside the train and validation loaders, and never used)."""
+        name = self.ctx.bound_name()
+        function = self.ctx.enclosing_function()
+        if name is None or "." in name or not (function is not None or self.ctx.path.endswith(".ipynb")
+                                               or self.ctx.programs.is_script):
+            return False
+        names = _NameCounter(name)
+        visit(function or self.ctx.module, names)
+        return names.count == 1  # the assignment's target only
 
     def _workers_do_not_help(self, dataset: cst.BaseExpression) -> bool:
         """An in-memory dataset, or an iterable dataset of this file that every worker would
@@ -239,3 +253,11 @@ def _calls_any(node: cst.CSTNode, names: set[str] | None) -> bool:
     return finder.found
 
 
+class _NameCounter(Visitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.count += 1
