@@ -187,15 +187,18 @@ class _Assigned(Visitor):
 def _computes_under_autocast(body: Sequence[cst.CSTNode], start: int, end: int, loss_names: set[str]) -> bool:
     """Does the run ``body[start:end]`` hold the computation that autocast is for? It must call
     something (a forward, a loss function), and no compound statement above it in the block
-    (a loop that accumulates a regulariser, an ``if``) may assign a name the run reads: the loss
-    would then be computed partly outside the run, and the fix would put little or nothing in
-    float16 (stylegan2-ada's projector: only ``loss = dist + reg_loss * weight``)."""
+    (a loop that accumulates a regulariser, an ``if`` that picks one of two terms) may assign a
+    name that the lines assigning the loss read: the loss would then be computed partly outside
+    the run, and the fix would put little or nothing in float16 (stylegan2-ada's projector: only
+    ``loss = dist + reg_loss * weight``). Inputs prepared in a block (``if ...: labels = None``)
+    are fine."""
     calls = _Calls()
     for statement in body[start:end]:
         visit(statement, calls)
     if not calls.found:
         return False
-    read = set(loss_names).union(*(names_in(statement) for statement in body[start:end]))
+    read = set(loss_names).union(*(names_in(statement) for statement in body[start:end]
+                                   if (statement_targets(statement) or set()) & loss_names))
     for statement in body[:start]:
         if not isinstance(statement, cst.SimpleStatementLine):
             assigned = _Assigned()
