@@ -39,3 +39,8 @@ def test_an_argument_inserted_last_follows_the_same_layout(before, after):
 def test_an_argument_inserted_before_others_takes_their_separator():
     call = cst.parse_expression("f(\n    a,\n    b\n)")
     assert cst.Module([]).code_for_node(insert_arg(call, 0, cst.Arg(cst.Integer("1")))) == "f(\n    1,\n    a,\n    b\n)"
+
+
+def test_the_comment_after_the_opening_parenthesis_stays_there():
+    call = cst.parse_expression("f(  # why\n    a\n)")
+    assert cst.Module([]).code_for_node(set_keyword(call, "k", cst.Integer("1"))) == "f(  # why\n    a,\n    k=1\n)"

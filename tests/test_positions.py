@@ -130,3 +130,29 @@ def test_removing_the_last_statement_of_a_block_edits_its_lines_only(after):
     [edit] = diagnostic.fix.edits
     removed = "\n        torch.cuda.empty_cache()  # free\n"  # the blank line, then the statement
     assert (edit.start, edit.end, edit.text) == (source.index(removed), source.index(removed) + len(removed), "")
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("line_before", "# new\n@a\n# between\n@b(\n    1)\ndef f():\n    return 1\n"),
+    ("lines", ""),
+])
+def test_a_decorated_definitions_lines_start_at_its_first_decorator(where, expected, tmp_path):
+    # a FunctionDef's span starts at `def`: a line inserted before it went between its decorators,
+    # and deleting its lines left the decorators on the next statement
+    from torchlint.fixes import NodeEdit
+    from torchlint.rule import Rule
+
+    class AroundDefinitions(Rule):
+        """## What it does\n\nEdits around each definition."""
+
+        code, name, kind, summary, triggers = "TL995", "around-definitions", "performance", "test rule", ("def",)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.report(node, "a definition", self.fix("edit", NodeEdit(node, "# new\n" if where == "line_before" else "",
+                                                                        where)))
+
+    source = "@a\n# between\n@b(\n    1)\ndef f():\n    return 1\n"
+    settings = resolve_settings(tmp_path, isolated=True, select=["ALL"])
+    [diagnostic] = engine.lint_source(source, "m.py", settings, rules=(AroundDefinitions,))
+    [edit] = diagnostic.fix.edits
+    assert source[:edit.start] + edit.text + source[edit.end:] == expected

@@ -136,8 +136,9 @@ def _separator(call: cst.Call, args: list[cst.Arg]) -> cst.Comma:
     the last two arguments, or one that starts a line as the first argument does, else ``, ``."""
     if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
         return _bare_separator(args[-2].comma)
-    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        return cst.Comma(whitespace_after=call.whitespace_before_args)
+    before = call.whitespace_before_args
+    if isinstance(before, cst.ParenthesizedWhitespace):  # without the comment after the parenthesis
+        return cst.Comma(whitespace_after=before.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=()))
     return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
@@ -249,11 +250,20 @@ def statement_edit(ctx: RuleContext, old: cst.CSTNode, new: Sequence[cst.BaseSta
     with the statements ``new``, written at ``old``'s indentation. LibCST renders them, so
     nested blocks, comments and multi-line strings come out right. ``old``'s leading comment
     lines, its trailing comment and newline are outside its span and stay: ``new`` should end
-    with the same last line as ``old`` (wrapping or unwrapping a block does)."""
+    with the same last line as ``old`` (wrapping or unwrapping a block does). So are a decorated
+    definition's decorators: ``new`` must start with the same definition, the same decorators on
+    it."""
     index = next(i for i, node in enumerate(ctx.ancestors) if node is old)
     blocks = [node for node in ctx.ancestors[:index] if isinstance(node, cst.IndentedBlock)]
     indent = block_indentation(ctx, blocks[-1]) if blocks else ""
     first = new[0].with_changes(leading_lines=[line for line in new[0].leading_lines if line.comment])
+    if getattr(old, "decorators", None):
+        # a decorated definition's span starts at `def`/`class`: its decorators (and the lines
+        # above them) are outside it and stay, so they are not written again
+        if not (type(first) is type(old) and len(first.decorators) == len(old.decorators)
+                and all(a.deep_equals(b) for a, b in zip(first.decorators, old.decorators))):
+            raise ValueError("statement_edit: a decorated definition must keep its decorators")
+        first = first.with_changes(leading_lines=(), decorators=(), lines_after_decorators=())
     written = [first, *new[1:]]
     written[-1] = _mark_end(written[-1])
     state = _codegen_state(ctx.module, indent)

@@ -24,6 +24,7 @@ def resolve_reports(ctx: RuleContext, module: cst.Module, source: str,
     """Turn node-anchored reports into positioned diagnostics with offset edits."""
     text = SourceText(source)
     nodes = [r.node for r in ctx.reports] + [e.node for r in ctx.reports if r.fix for e in r.fix.edits]
+    nodes += [first_decorator for node in nodes if (first_decorator := _first_decorator(node)) is not None]
     found = _positions_by_statement(module, nodes, text, statement_lines) if statement_lines is not None else None
     positions, indents = found if found is not None else (_positions(module, {id(node) for node in nodes}), {})
     replaced = [e.node for r in ctx.reports if r.fix for e in r.fix.edits if not isinstance(e.text, str)]
@@ -251,6 +252,11 @@ def render(node: cst.CSTNode, module: cst.Module, indent_tokens: list[str]) -> s
     return "".join(state.tokens)
 
 
+def _first_decorator(node: cst.CSTNode) -> cst.Decorator | None:
+    decorators = getattr(node, "decorators", None)
+    return decorators[0] if decorators else None
+
+
 def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module, indents: dict) -> Edit:
     span = positions[edit.node]
     start = text.offset(span.start.line - 1, span.start.column)
@@ -265,11 +271,14 @@ def _edit(edit: NodeEdit, positions, text: SourceText, module: cst.Module, inden
         return Edit(start, start, new)
     if edit.where == "after":
         return Edit(end, end, new)
+    # a decorated definition's span starts at `def`/`class`: its lines start at its first decorator
+    first_decorator = _first_decorator(edit.node)
+    first_line = (positions[first_decorator] if first_decorator is not None else span).start.line
     if edit.where == "line_before":
-        line_start = text.line_starts[span.start.line - 1]
+        line_start = text.line_starts[first_line - 1]
         return Edit(line_start, line_start, new)
     if edit.where == "lines":  # the node's whole lines, its leading lines (a statement's) included
-        first = span.start.line - 1 - len(getattr(edit.node, "leading_lines", ()))
+        first = first_line - 1 - len(getattr(edit.node, "leading_lines", ()))
         line = span.end.line  # 0-based index of the next line
         end = text.line_starts[line] if line < len(text.line_starts) else len(text.text)
         return Edit(text.line_starts[first], end, new)
