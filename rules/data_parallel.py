@@ -205,7 +205,7 @@ class DataParallel(Rule):
             sharded = is_sampler_helper(sampler) or (
                 isinstance(sampler, cst.Call) and self.ctx.qualified_name(sampler.func) in DISTRIBUTED_SAMPLERS)
             self.loaders.append(_Loader(node, self._place(), loops, trains, sharded,
-                                        self._shard(node) if trains else None))
+                                        _shard(node) if trains else None))
 
     def visit_For(self, node: cst.For) -> None:
         iterated = iterated_value(node, self.ctx.bindings)
@@ -463,16 +463,17 @@ class DataParallel(Rule):
         return not self.ctx.bindings.is_bound(name) and re.search(
             rf"^(?![ \t]*(?:import|from)[ \t]).*(?<![\w.]){name}\b", self.ctx.code, re.MULTILINE) is None
 
-    def _shard(self, call: cst.Call) -> tuple[cst.BaseExpression, cst.Arg | None] | None:
-        """What the loader's ``sampler=DistributedSampler(dataset, shuffle=...)`` is made of: its
-        dataset and its ``shuffle=`` argument; None when it has a sampler of its own or arguments
-        that cannot be seen."""
-        dataset = dataloader_argument(call, "dataset")
-        if dataset is None or has_star_args(call) or dataloader_argument(call, "sampler") is not None \
-                or dataloader_argument(call, "batch_sampler") is not None \
-                or not isinstance(dataset.value, (cst.Name, cst.Attribute)):
-            return None  # a dataset built in the call would be built twice
-        shuffle = dataloader_argument(call, "shuffle")
-        if shuffle is not None and shuffle.keyword is None:
-            return None  # positional: the arguments after it would shift
-        return dataset.value, shuffle
+
+def _shard(call: cst.Call) -> tuple[cst.BaseExpression, cst.Arg | None] | None:
+    """What the loader's ``sampler=DistributedSampler(dataset, shuffle=...)`` is made of: its
+    dataset and its ``shuffle=`` argument; None when it has a sampler of its own or arguments
+    that cannot be seen."""
+    dataset = dataloader_argument(call, "dataset")
+    if dataset is None or has_star_args(call) or dataloader_argument(call, "sampler") is not None \
+            or dataloader_argument(call, "batch_sampler") is not None \
+            or not isinstance(dataset.value, (cst.Name, cst.Attribute)):
+        return None  # a dataset built in the call would be built twice
+    shuffle = dataloader_argument(call, "shuffle")
+    if shuffle is not None and shuffle.keyword is None:
+        return None  # positional: the arguments after it would shift
+    return dataset.value, shuffle
