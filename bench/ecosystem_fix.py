@@ -13,6 +13,7 @@ fails.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -64,6 +65,38 @@ def compiles(data: bytes) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         return f"{error.__class__.__name__}: {error}"
     return None
+
+
+def definitions(data: bytes) -> list[tuple[str, Counter]]:
+    """Each function and class of a file, in order: its qualified name and its decorators."""
+    found: list[tuple[str, Counter]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                found.append((name, Counter(ast.unparse(d) for d in child.decorator_list)))
+                walk(child, name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(data), "")
+    return found
+
+
+def definitions_kept(before: bytes, after: bytes) -> list[str]:
+    """A fix rewrites code inside definitions, never the definitions themselves: the same
+    functions and classes in the same order, and no decorator written more often than before (a
+    fix that rewrote a decorated function wrote its decorators twice). Decorators a fix adds or
+    swaps (`@torch.no_grad()` for `@torch.inference_mode()`) are fine."""
+    try:
+        old, new = definitions(before), definitions(after)
+    except (SyntaxError, ValueError):
+        return []
+    if [name for name, _ in old] != [name for name, _ in new]:
+        return ["its functions and classes changed"]
+    return [f"`{name}` has a decorator more often than before" for (name, was), (_, now) in zip(old, new)
+            if any(now[d] > count for d, count in was.items())]
 
 
 def problems_of(done: subprocess.CompletedProcess, what: str) -> list[str]:
@@ -128,6 +161,9 @@ def run_corpus(name: str, source: Path, work: Path) -> dict:
         error = compiles((tree / file).read_bytes())
         if error is not None and compiles((source / file).read_bytes()) is None:
             result["problems"].append(f"{file}: compiled before the fix, not after ({error})")
+        elif error is None and file.endswith(".py"):
+            result["problems"] += [f"{file}: {problem}" for problem in
+                                   definitions_kept((source / file).read_bytes(), (tree / file).read_bytes())]
 
     done, result["times"]["--fix, second run"] = torchlint([*FIX, "--format", "json"], tree)
     result["problems"] += problems_of(done, "second --fix")
