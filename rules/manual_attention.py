@@ -78,6 +78,12 @@ target torch from 2.1 (which added `scale=`), and otherwise the finding says why
   nothing else: when the weights are returned, stored or logged, the attention is reported
   without a fix, since SDPA does not return them.
 
+When the code writes the query, key or value with another number of dimensions than 4 (an
+einops pattern such as `"b p n (h d) -> b p h n d"`, a `.view(...)` with its sizes, an
+`nn.Parameter(torch.randn(n, d))`), the finding says to reshape them to (batch, heads, tokens,
+features) first, and there is no fix: the fused kernels take only 4-D inputs, and on others SDPA
+runs the same unfused computation.
+
 ## Versions
 
 Reported for a target torch from 2.0, the first with `F.scaled_dot_product_attention`; fixed for
@@ -96,7 +102,7 @@ from __future__ import annotations
 
 import re
 
-from torchlint.analysis.attention import Attention, AttentionFinder, ast_may_be_attention, is_negative_infinity
+from torchlint.analysis.attention import Attention, AttentionFinder, ast_may_be_attention, is_negative_infinity, operand_rank
 from torchlint.analysis.syntax import is_literal, names_in, target_names
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import NodeEdit, statement_edit
@@ -151,9 +157,20 @@ class ManualAttention(Rule):
         if found is None or self.ctx.compat.in_fallback():  # the finder first: it is the cheaper test
             return
         code = self.ctx.code_for
-        fix, why_not = self._fix(found)
+        ranks = {operand_rank(part, self.ctx.ancestors, self.ctx.bindings) for part in (found.query, found.key,
+                                                                                      found.value)} - {None}
         message = (f"attention written by hand over `{code(found.query)}`, `{code(found.key)}`, `{code(found.value)}` "
-                   f"builds the whole weight matrix in memory; `F.{SDPA}` computes it in one fused kernel")
+                   "builds the whole weight matrix in memory; ")
+        if ranks - {4}:
+            # SDPA's fused kernels take 4-D (batch, heads, tokens, dim) inputs; on others it runs
+            # the same unfused computation, so a rewrite as it stands gains nothing
+            shown = "-D, ".join(str(rank) for rank in sorted(ranks)) + "-D"
+            self.report(node, message + f"`F.{SDPA}` computes it in one fused kernel for 4-D query, key and value "
+                                        f"(batch, heads, tokens, features), and these are {shown}: reshape them "
+                                        "first (no fix)")
+            return
+        fix, why_not = self._fix(found)
+        message += f"`F.{SDPA}` computes it in one fused kernel"
         if why_not:
             message += f" (no fix: {why_not})"
         self.report(node, message, fix)

@@ -19,6 +19,7 @@ from torchlint.analysis.flow import Assigned, ast_reaching_assignments, path_to,
 from torchlint.analysis.index import SyntaxIndex, last_parts
 from torchlint.analysis.syntax import (ast_callee, ast_dotted_name, ast_has_star_args, dotted_name, find_argument,
                                        is_literal, positional_args)
+from torchlint.analysis.walk import Visitor, visit
 from torchlint.lazy import libcst as cst
 
 MATMUL_FUNCTIONS = frozenset({"torch.matmul", "torch.bmm", "torch.Tensor.matmul"})
@@ -462,3 +463,105 @@ def ast_may_be_attention(index: SyntaxIndex) -> bool:
         return False
     finder = _AstFinder(index)
     return any(finder.at(node) for node in products)
+
+
+# --- the rank of the query, key and value, where the code writes it ----------------------------------
+
+REARRANGE = frozenset({"einops.rearrange"})
+SIZED_FACTORIES = frozenset({"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty"})
+PARAMETERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def operand_rank(expr: cst.BaseExpression, ancestors: list[cst.CSTNode], bindings: Bindings) -> int | None:
+    """How many dimensions ``expr`` (an operand of the attention at the end of ``ancestors``) has,
+    when the code writes it out: a name assigned once in the function from ``rearrange(x, "b p n
+    (h d) -> b p h n d")`` (also through ``q, k, v = map(lambda t: rearrange(t, ...), qkv)``),
+    ``.view(...)``/``.reshape(...)`` with the sizes listed, or ``self.<name>`` assigned once in
+    the class an ``nn.Parameter(torch.randn(a, b))``. None when it is not written out."""
+    function = next((n for n in reversed(ancestors) if type(n) is cst.FunctionDef), None)
+    if type(expr) is cst.Name and function is not None:
+        found = _assignments(function, lambda target: _binds_name(target, expr.value))
+    elif type(expr) is cst.Attribute and dotted_name(expr) is not None and dotted_name(expr).startswith("self."):
+        owner = next((n for n in reversed(ancestors) if type(n) is cst.ClassDef), None)
+        wanted = dotted_name(expr)
+        found = _assignments(owner, lambda target: dotted_name(target) == wanted) if owner is not None else []
+    else:
+        return None
+    if len(found) != 1:
+        return None
+    target, value = found[0]
+    if type(target) is cst.Tuple and type(value) is cst.Call and dotted_name(value.func) == "map" \
+            and len(value.args) == 2 and type(value.args[0].value) is cst.Lambda:
+        value = value.args[0].value.body  # q, k, v = map(lambda t: rearrange(t, ...), qkv)
+    elif type(target) is not cst.Name and type(target) is not cst.Attribute:
+        return None
+    return _written_rank(value, bindings)
+
+
+def _binds_name(target: cst.BaseExpression, name: str) -> bool:
+    if type(target) is cst.Name:
+        return target.value == name
+    return type(target) is cst.Tuple and any(type(e.value) is cst.Name and e.value.value == name
+                                             for e in target.elements)
+
+
+def _assignments(scope: cst.CSTNode, binds) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The (target, value) of each assignment in ``scope`` (nested functions included, as the
+    names of a method's ``self`` are) whose target ``binds`` accepts; a ``for``, ``+=`` or other
+    binding of it makes the list longer than one, and the rank unknown."""
+    found: list = []
+
+    class Assignments(Visitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            found.extend((t.target, node.value) for t in node.targets if binds(t.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if binds(node.target):
+                found.append((node.target, None))
+
+        def visit_For(self, node: cst.For) -> None:
+            if binds(node.target):
+                found.append((node.target, None))
+
+    visit(scope, Assignments())
+    return found
+
+
+def _written_rank(value: cst.BaseExpression | None, bindings: Bindings) -> int | None:
+    if type(value) is not cst.Call:
+        return None
+    qualified = bindings.qualified_name(value.func)
+    args = positional_args(value)
+    if qualified in PARAMETERS and args:
+        return _written_rank(args[0].value, bindings)
+    if qualified in REARRANGE or dotted_name(value.func) == "rearrange":
+        pattern = args[1].value if len(args) > 1 else None
+        return _pattern_rank(pattern.evaluated_value) if type(pattern) is cst.SimpleString else None
+    sizes = args
+    if not sizes or any(a.star for a in value.args):  # `x.view(b, *rest)`: unknown
+        return None
+    if type(value.func) is cst.Attribute and value.func.attr.value in ("view", "reshape") or qualified in SIZED_FACTORIES:
+        if len(sizes) == 1 and type(sizes[0].value) in (cst.Tuple, cst.List):
+            return len(sizes[0].value.elements)
+        return len(sizes) if all(type(a.value) not in (cst.Tuple, cst.List) for a in sizes) else None
+    return None
+
+
+def _pattern_rank(pattern: object) -> int | None:
+    """The number of axes on the output side of an einops pattern (a group in parentheses is
+    one); None with an ellipsis or no arrow."""
+    if not isinstance(pattern, str) or "->" not in pattern:
+        return None
+    output = pattern.split("->", 1)[1]
+    if "..." in output or "…" in output:
+        return None
+    rank, depth = 0, 0
+    for token in output.replace("(", " ( ").replace(")", " ) ").split():
+        if token == "(":
+            rank += depth == 0
+            depth += 1
+        elif token == ")":
+            depth -= 1
+        elif depth == 0:
+            rank += 1
+    return rank
