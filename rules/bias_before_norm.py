@@ -15,7 +15,10 @@ The conv may be bound to a name first (`conv2d = nn.Conv2d(...)`, as torchvision
 `self.conv1 = conv3x3(c, c)` where `def conv3x3(...): return nn.Conv2d(...)`, or a module of the
 project whose `forward` returns its conv's output as is (tacotron2's `ConvNorm`: `__init__` assigns
 `self.conv = nn.Conv1d(..., bias=bias)` once, `forward` returns `self.conv(signal)`), the bias read
-through the helper's or the module's own `bias` parameter when it has one.
+through the helper's or the module's own `bias` parameter when it has one. A layer built with
+`bias=<a parameter of the function around it>` (`DepthWiseConv2d(..., bias=True)` passing
+`bias=bias` to its conv) counts as biased unless every call of that function or module in the file
+passes `False` (or, with no call in the file, its default is `False`).
 
 ## Why is it slow
 
@@ -76,8 +79,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, has_star_args,
-                                       is_literal, names_in, string_value)
+from torchlint.analysis.flow import passed_values
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, function_parameters,
+                                       has_star_args, is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
 from torchlint.analysis.calls import ReturnedLayer, ast_returned_layer, related
 from torchlint.analysis.calls import where as place_of
@@ -284,7 +288,22 @@ class BiasBeforeNorm(Rule):
     def _has_bias(self, layer: cst.Call) -> bool:
         index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
         bias = find_argument(layer, "bias", index)
-        return bias is None or not is_literal(bias.value, False)
+        return bias is None or not is_literal(bias.value, False) and not self._caller_turns_off(bias.value)
+
+    def _caller_turns_off(self, bias: cst.BaseExpression) -> bool:
+        """``bias=bias``, a parameter of the function around the layer (a module's ``__init__``),
+        that every call of it in the file passes as ``False`` (vit-pytorch's ``DepthWiseConv2d``),
+        or whose default is ``False`` when the file makes no call of it."""
+        function = self.ctx.enclosing_function()
+        if type(bias) is not cst.Name or function is None or bias.value not in function_parameters(function):
+            return False
+        owner = self.ctx.enclosing_class()
+        owner = owner if owner is not None and function in owner.body.body else None
+        values = passed_values(self.ctx.module, function, owner, bias.value)
+        if values is None:
+            default = next((p.default for p in function.params.params if p.name.value == bias.value), None)
+            values = [default]
+        return all(is_literal(value, False) for value in values)
 
     def _candidate(self, layer: cst.BaseExpression, norm: cst.BaseExpression, fixable: bool = True,
                    condition: cst.BaseExpression | None = None) -> None:

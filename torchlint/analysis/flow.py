@@ -275,6 +275,39 @@ def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> c
     return None
 
 
+def passed_values(module: cst.Module, function: cst.FunctionDef, owner: cst.ClassDef | None,
+                  parameter: str) -> list[cst.BaseExpression | None] | None:
+    """What the file's calls pass for one parameter of ``function``: of the calls that build
+    ``owner`` when ``function`` is its ``__init__``, else of the calls of the function by its name.
+    Each call gives the expression it passes, or the parameter's default where it leaves the
+    parameter out; None where that cannot be read (``*args``, ``**kwargs``, no default). None
+    instead of a list when the file makes no such call (or ``function`` is another method)."""
+    if owner is not None and function.name.value != "__init__":
+        return None
+    callee = owner.name.value if owner is not None else function.name.value
+    params = [*function.params.posonly_params, *function.params.params]
+    names = [p.name.value for p in params][1 if owner is not None else 0:]
+    default = next((p.default for p in (*params, *function.params.kwonly_params) if p.name.value == parameter), None)
+    values: list[cst.BaseExpression | None] = []
+
+    def passed(call: cst.Call) -> cst.BaseExpression | None:
+        keyword = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == parameter), None)
+        if keyword is not None or any(a.star for a in call.args):
+            return keyword
+        positional = [a for a in call.args if a.keyword is None]
+        if parameter in names and names.index(parameter) < len(positional):
+            return positional[names.index(parameter)].value
+        return default
+
+    def on_visit(node: cst.CSTNode) -> bool:
+        if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == callee:
+            values.append(passed(node))
+        return True
+
+    walk(module, on_visit)
+    return values or None
+
+
 # --- the precheck twin of reaching_assignments, on CPython's tree ------------------------------------
 
 _AST_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
