@@ -65,7 +65,9 @@ backpropagate), for an explicit read that drives control flow (a NaN guard such 
 purpose; an implicit one, `if math.isnan(loss):`, is reported with `torch._assert_async` as the
 alternative), for a value an environment needs every step (`envs.step(action.cpu().numpy())`),
 once per epoch (after an inner training loop), inside `self.log(...)` (TL903 `lightning-log-item`
-covers it), in an `except` block, in CPU-only scripts (nothing waits for a GPU there), or in tests.
+covers it), in an `except` block, in the body of an `if` on a debugging flag (`if args.debug:`,
+`if self.debug_mode:`: a debugging run's cost is chosen), in CPU-only scripts (nothing waits for a
+GPU there), or in tests.
 A helper's read of its parameter counts only when the argument may be a tensor (not a time, a
 length or a number read with `.item()`).
 
@@ -87,7 +89,7 @@ import re
 
 from torchlint.analysis.calls import related, where
 from torchlint.analysis.devices import mentions_cuda
-from torchlint.analysis.conditions import is_periodic_test
+from torchlint.analysis.conditions import is_debug_test, is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
 from torchlint.analysis.tensor_places import DEFAULT_DEVICE_WORD, HOST, host_literal
@@ -368,6 +370,8 @@ class HostSyncInLoop(Rule):
                 return False
             if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler):
                 return False
+            if type(parent) is cst.If and child is parent.body and is_debug_test(parent.test):
+                return False  # a debugging run's cost is chosen (`if self.debug_mode:`)
             if type(parent) is cst.If and self._periodic(parent.test) \
                     and _inside_a_step(chain, loop, parent, self.ctx.loops):
                 return False

@@ -1,6 +1,7 @@
-"""Loop conditions: does a test hold on every k-th step (``if step % 100 == 0:``), or only on the
-last iteration of the loop around it (``if i == len(loader) - 1:``)? Rules ask it of the ``if``
-around a call to tell a per-step cost from a periodic or a final one."""
+"""Loop conditions: does a test hold on every k-th step (``if step % 100 == 0:``), only on the
+last iteration of the loop around it (``if i == len(loader) - 1:``), or only in a debugging run
+(``if args.debug:``)? Rules ask it of the ``if`` around a call to tell a per-step cost from a
+periodic, a final or a chosen one."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
     finder = _RemainderFinder()
     visit(test, finder)
     return finder.found
+
+
+def is_debug_test(test: cst.BaseExpression) -> bool:
+    """A condition that holds only in a debugging run: a flag named for it (``if self.debug_mode:``,
+    ``if args.debug and ...:``, ``if DEBUG:``). What such a branch costs is the user's choice."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return is_debug_test(test.left) or is_debug_test(test.right)
+    name = test.attr.value if type(test) is cst.Attribute else test.value if type(test) is cst.Name else ""
+    return "debug" in name.lower()
 
 
 def ast_is_periodic_test(test: ast.AST) -> bool:
