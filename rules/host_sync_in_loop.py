@@ -65,7 +65,7 @@ backpropagate), for an explicit read that drives control flow (a NaN guard such 
 purpose; an implicit one, `if math.isnan(loss):`, is reported with `torch._assert_async` as the
 alternative), for a value an environment needs every step (`envs.step(action.cpu().numpy())`),
 once per epoch (after an inner training loop), inside `self.log(...)` (TL903 `lightning-log-item`
-covers it), in an `except` block, in the body of an `if` on a debugging flag (`if args.debug:`,
+covers it), in an `except` block or a `raise` statement's message, in the body of an `if` on a debugging flag (`if args.debug:`,
 `if self.debug_mode:`: a debugging run's cost is chosen), in CPU-only scripts (nothing waits for a
 GPU there), or in tests.
 A helper's read of its parameter counts only when the argument may be a tensor (not a time, a
@@ -228,7 +228,7 @@ class HostSyncInLoop(Rule):
         what = self._sync(node, loop)
         if what is not None:
             explicit = method_call(node, *SYNC_METHODS) is not None
-            if self._every_step(node, loop, explicit) and not self._feeds_an_environment(node, loop):
+            if self._every_step(node, loop, explicit) and not _feeds_an_environment(self.ctx, node, loop):
                 shown, advice = what
                 if self._in_a_test():
                     advice = ("check it on the device, where the step goes on without waiting "
@@ -277,22 +277,6 @@ class HostSyncInLoop(Rule):
         return any(type(parent) in (cst.If, cst.While) and child is parent.test
                    or type(parent) is cst.Assert and child is parent.test
                    for parent, child in zip(chain, chain[1:]))
-
-    def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode | None) -> bool:
-        """The value goes to an environment stepped in the loop (``envs.step(action.cpu().numpy())``,
-        or through a name): the simulation needs it on the host every step."""
-        if loop is None:
-            return False
-        position = self.ctx.statement_position()
-        names = set()
-        if position is not None and isinstance(position[0], cst.SimpleStatementLine):
-            for small in position[0].body:
-                if type(small) is cst.Assign:
-                    for target in small.targets:
-                        names |= names_in(target.target)
-        steps = _EnvironmentSteps()
-        visit(loop, steps)
-        return any(self.ctx.code_for(node) in code or names & used for code, used in steps.arguments)
 
     def _helper_sync(self, node: cst.Call, loop: cst.CSTNode | None) -> None:
         """A call of the project's own function that syncs on every call (``log_step(loss)`` doing
@@ -368,8 +352,8 @@ class HostSyncInLoop(Rule):
                 return False  # drives control flow
             if type(parent) is cst.Assert and explicit:
                 return False
-            if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler):
-                return False
+            if type(parent) in (cst.ExceptHandler, cst.ExceptStarHandler, cst.Raise):
+                return False  # error handling; a message built only when raising
             if type(parent) is cst.If and child is parent.body and is_debug_test(parent.test):
                 return False  # a debugging run's cost is chosen (`if self.debug_mode:`)
             if type(parent) is cst.If and self._periodic(parent.test) \
@@ -408,6 +392,23 @@ class HostSyncInLoop(Rule):
         for later in body[index + 1:]:
             visit(later, tests)
         return bool(targets & tests.names)
+
+
+def _feeds_an_environment(ctx, node: cst.Call, loop: cst.CSTNode | None) -> bool:
+    """The value goes to an environment stepped in the loop (``envs.step(action.cpu().numpy())``,
+    or through a name): the simulation needs it on the host every step."""
+    if loop is None:
+        return False
+    position = ctx.statement_position()
+    names = set()
+    if position is not None and isinstance(position[0], cst.SimpleStatementLine):
+        for small in position[0].body:
+            if type(small) is cst.Assign:
+                for target in small.targets:
+                    names |= names_in(target.target)
+    steps = _EnvironmentSteps()
+    visit(loop, steps)
+    return any(ctx.code_for(node) in code or names & used for code, used in steps.arguments)
 
 
 def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:
