@@ -80,8 +80,8 @@ import re
 from dataclasses import dataclass, field
 
 from torchlint.analysis.flow import passed_values
-from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_argument, function_parameters,
-                                       has_star_args, is_literal, names_in, string_value)
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, contains, dotted_name, find_argument,
+                                       function_parameters, has_star_args, is_literal, names_in, string_value)
 from torchlint.fixes import replace_arg_value, set_keyword
 from torchlint.analysis.calls import ReturnedLayer, ast_returned_layer, related
 from torchlint.analysis.calls import where as place_of
@@ -288,16 +288,21 @@ class BiasBeforeNorm(Rule):
     def _has_bias(self, layer: cst.Call) -> bool:
         index = BIASED_LAYERS[self.ctx.qualified_name(layer.func)][1]
         bias = find_argument(layer, "bias", index)
-        return bias is None or not is_literal(bias.value, False) and not self._caller_turns_off(bias.value)
+        return bias is None or not is_literal(bias.value, False) and not self._caller_turns_off(layer, bias.value)
 
-    def _caller_turns_off(self, bias: cst.BaseExpression) -> bool:
+    def _caller_turns_off(self, layer: cst.Call, bias: cst.BaseExpression) -> bool:
         """``bias=bias``, a parameter of the function around the layer (a module's ``__init__``),
         that every call of it in the file passes as ``False`` (vit-pytorch's ``DepthWiseConv2d``),
         or whose default is ``False`` when the file makes no call of it."""
-        function = self.ctx.enclosing_function()
-        if type(bias) is not cst.Name or function is None or bias.value not in function_parameters(function):
+        if type(bias) is not cst.Name:
             return False
-        owner = self.ctx.enclosing_class()
+        # the walk is at the layer, or leaves the class whose methods build it
+        owner = next((n for n in reversed(self.ctx.ancestors) if type(n) is cst.ClassDef), None)
+        function = self.ctx.enclosing_function()
+        if function is None and owner is not None:
+            function = next((f for f in owner.body.body if type(f) is cst.FunctionDef and contains(f, layer)), None)
+        if function is None or bias.value not in function_parameters(function):
+            return False
         owner = owner if owner is not None and function in owner.body.body else None
         values = passed_values(self.ctx.module, function, owner, bias.value)
         if values is None:
