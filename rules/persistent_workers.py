@@ -188,6 +188,7 @@ class PersistentWorkers(Rule):
                 def __init__(self) -> None:
                     self.depth = [0]
                     self.functions = [0]
+                    self.iterables: list[cst.BaseExpression] = []  # what the loops around iterate
 
                 def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
                     self.depth.append(0)
@@ -201,9 +202,11 @@ class PersistentWorkers(Rule):
                     if self.depth[-1]:
                         nested.add(id(node))
                     self.depth[-1] += 1
+                    self.iterables.append(node.iter)
 
                 def leave_For(self, node: cst.For) -> None:
                     self.depth[-1] -= 1
+                    self.iterables.pop()
 
                 def visit_While(self, node: cst.While) -> None:
                     self.depth[-1] += 1
@@ -212,7 +215,8 @@ class PersistentWorkers(Rule):
                     self.depth[-1] -= 1
 
                 def visit_Call(self, node: cst.Call) -> None:
-                    if self.depth[-1]:
+                    # a wrapper of what the loop iterates (`for x in tqdm(loader)`) runs once, as the loop starts
+                    if self.depth[-1] and not (self.iterables and contains(self.iterables[-1], node)):
                         passed.setdefault(self.functions[-1], set()).update(
                             dotted_name(a.value) for a in node.args if dotted_name(a.value))
 
