@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from torchlint.analysis.syntax import (ast_dotted_name, dotted_name, function_parameters, literal_value, same_literal,
-                                       small_statements, statements)
+from torchlint.analysis.syntax import (STAR_MODULES, ast_dotted_name, dotted_name, function_parameters, literal_value,
+                                       same_literal, small_statements, statements)
 from torchlint.analysis.walk import walk
 from torchlint.lazy import libcst as cst
 
@@ -56,6 +56,7 @@ class Imports:
 
     def __init__(self, module: cst.Module):
         self.aliases: dict[str, str] = {}
+        self.star = False  # a `from m import *`
         for small in small_statements(module):
             if type(small) is cst.Import:
                 for alias in small.names:
@@ -67,6 +68,7 @@ class Imports:
                         self.aliases[head] = head
             elif type(small) is cst.ImportFrom and not small.relative and small.module is not None:
                 if type(small.names) is cst.ImportStar:
+                    self.star = True
                     continue
                 base = dotted_name(small.module)
                 for alias in small.names:
@@ -83,7 +85,11 @@ class Imports:
         head, dot, rest = name.partition(".")
         target = self.aliases.get(head)
         if target is None:
-            return None
+            # `from utils import *` where utils imports torch: the only way `torch` reaches a file
+            # that never imports it (STAR_MODULES)
+            target = head if self.star and head in STAR_MODULES else None
+            if target is None:
+                return None
         return target + dot + rest
 
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from torchlint.analysis.syntax import ast_callee, ast_dotted_name, ast_first_line, code_text
+from torchlint.analysis.syntax import STAR_MODULES, ast_callee, ast_dotted_name, ast_first_line, code_text
 from torchlint.analysis.versions import at_least
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -303,12 +303,17 @@ class SyntaxIndex:
                 for alias in node.names:
                     local = alias.asname or alias.name.partition(".")[0]
                     found.setdefault(local, set()).add(alias.name if alias.asname else local)
+            star = False
             for node in self.nodes(ast.ImportFrom):
                 if node.level or not node.module:
                     continue
                 for alias in node.names:
                     if alias.name != "*":
                         found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
+                    else:
+                        star = True
+            for name in STAR_MODULES if star else ():  # as Imports reads `torch` after `from helpers import *`
+                found.setdefault(name, {name})
             return {local: frozenset(names) for local, names in found.items()}
         return self.memo("import_aliases", compute)
 

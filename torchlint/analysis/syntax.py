@@ -18,6 +18,11 @@ from functools import cache
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.lazy import libcst as cst
 
+# Modules a file may use without importing them, through `from helpers import *`: the names of the
+# modules themselves, which such a helper module imports under their own names.
+STAR_MODULES = frozenset({"torch"})
+
+
 @cache
 def scope_types() -> tuple[type, ...]:
     """LibCST's nodes that open a scope: functions, classes, lambdas (a function, not a constant:
