@@ -59,8 +59,10 @@ memory, which costs less than sending the batches between processes) or a functi
 that returns one of these, an
 `IterableDataset` defined in the file that does not split its stream with `get_worker_info()`
 (every worker would yield every sample), a call with `*args`/`**kwargs` that may carry
-`num_workers`, and a loader bound to a name that nothing in the file reads, in a function, a script
-or a notebook (it loads no batch).
+`num_workers`, a loader bound to a name that nothing in the file reads, in a function, a script
+or a notebook (it loads no batch), and a dataset class of the file whose `__getitem__` or
+`__iter__` moves the sample to the GPU (`.cuda()`, `.to(device)`): worker processes cannot start
+CUDA once the training process has, so workers would make the script fail.
 
 ## References
 
@@ -141,7 +143,8 @@ class DataloaderNumWorkers(Rule):
         if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
             return True
         if isinstance(value, cst.Call):
-            return self._in_memory(value) or dotted_name(value.func) in self._unsharded_iterable_classes()
+            return self._in_memory(value) or dotted_name(value.func) in self._unsharded_iterable_classes() \
+                or dotted_name(value.func) in self._device_classes()
         return bool(self._unsharded_iterable_classes())
 
     def _in_memory(self, call: cst.Call, depth: int = 1) -> bool:
@@ -169,6 +172,19 @@ class DataloaderNumWorkers(Rule):
                                 and not _calls_any(item.body, None):
                             self._indexing.add(node.name.value)
         return self._indexing
+
+    def _device_classes(self) -> set[str]:
+        """Classes of this file whose ``__getitem__`` or ``__iter__`` moves the sample to the GPU
+        (``.cuda()``, ``.to(device)``): a worker process cannot start CUDA once the parent has
+        ("Cannot re-initialize CUDA in forked subprocess"), so workers would break the script."""
+        if not hasattr(self, "_on_device"):
+            self._on_device = set()
+            for nodes in self.ctx.bindings.definitions.values():
+                for node in (n for n in nodes if isinstance(n, cst.ClassDef)):
+                    if any(isinstance(item, cst.FunctionDef) and item.name.value in ("__getitem__", "__iter__")
+                           and _moves_to_a_device(item.body) for item in node.body.body):
+                        self._on_device.add(node.name.value)
+        return self._on_device
 
     def _unsharded_iterable_classes(self) -> set[str]:
         """Classes of this file deriving from IterableDataset that never call get_worker_info()."""
@@ -208,6 +224,28 @@ class DataloaderNumWorkers(Rule):
             return True
         defined = {s.name.value for s in body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
         return all(_runs_nothing(statement, defined) for statement in body)
+
+
+def _moves_to_a_device(body: cst.CSTNode) -> bool:
+    """Does the code call ``.cuda(...)``, or ``.to(...)`` with a device (``"cuda"``, a name or
+    attribute that names a device, ``device=``)?"""
+    found = []
+
+    class Moves(Visitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if type(node.func) is not cst.Attribute or node.func.attr.value not in ("cuda", "to"):
+                return
+            if node.func.attr.value == "cuda" or any(a.keyword is not None and a.keyword.value == "device"
+                                                     for a in node.args):
+                found.append(node)
+            elif node.args and node.args[0].keyword is None:
+                target = node.args[0].value
+                text = target.evaluated_value if type(target) is cst.SimpleString else dotted_name(target) or ""
+                if isinstance(text, str) and ("cuda" in text or "device" in text.lower()):
+                    found.append(node)
+
+    visit(body, Moves())
+    return bool(found)
 
 
 def _runs_nothing(statement: cst.CSTNode, defined: set[str]) -> bool:
