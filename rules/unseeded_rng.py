@@ -5,8 +5,9 @@ Finds a training script that seeds torch (`torch.manual_seed`, `torch.cuda.manua
 but draws from NumPy's global generator (`np.random.shuffle`, `np.random.rand`...) or from the
 `random` module (`random.random`, `random.choice`...) without seeding it (`np.random.seed`,
 `random.seed`, or a helper that seeds everything: Lightning's `seed_everything`, transformers'
-`set_seed`, a function of the file that calls the seeds). Off by default: a reproducibility
-note, not a speed rule.
+`set_seed`, a function of the file that calls the seeds). A draw that only picks a seed
+(`torch.manual_seed(random.randint(0, 2**63))`, a fresh run on purpose) does not count. Off by
+default: a reproducibility note, not a speed rule.
 
 ## Why is it wrong
 
@@ -165,10 +166,13 @@ class _Calls:
         workers_seed = {generator for generator, (module, _, _) in GENERATORS.items()
                         if module != "numpy.random" or self.ctx.torch_at_least("1.9")}
         in_worker = []  # the worker methods the walk is in
+        seeding = []  # the seed calls the walk is in: a draw there picks a seed (`manual_seed(random.randint(...))`)
 
         def on_leave(node: cst.CSTNode) -> None:
             if in_worker and in_worker[-1] is node:
                 in_worker.pop()
+            if seeding and seeding[-1] is node:
+                seeding.pop()
 
         def on_visit(node: cst.CSTNode) -> bool:
             if type(node) is cst.FunctionDef and node.name.value in WORKER_METHODS:
@@ -178,9 +182,11 @@ class _Calls:
             qualified = self.ctx.bindings.qualified_name(node.func)
             if qualified in TORCH_SEEDS:
                 self.torch_seeds.append(node)
+                seeding.append(node)
             elif qualified in seeds:
                 self.seeded.add(qualified)
-            elif qualified is not None:
+                seeding.append(node)
+            elif qualified is not None and not seeding:
                 self._draw(node, qualified, workers_seed if in_worker else set())
             name = qualified or dotted_name(node.func) or ""
             # a seeding helper of another module (one of the file's own is read like the rest)
