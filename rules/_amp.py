@@ -81,7 +81,8 @@ class MixedPrecisionStep:
 
 
 class _StepReader(Visitor):
-    """Between backward and step: does the code read ``.grad`` or clip gradients?"""
+    """Between backward and step: does the code read ``.grad`` (itself, or perhaps in a function
+    it hands the optimizer or the parameters to) or clip gradients?"""
 
     def __init__(self, ctx: RuleContext):
         self.ctx = ctx
@@ -92,9 +93,16 @@ class _StepReader(Visitor):
         if node.attr.value == "grad":
             self.reads_grad = True
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: cst.Call) -> bool:
         if self.ctx.qualified_name(node.func) in CLIP_GRAD_FUNCTIONS:
             self.clips = True
+            return False  # what it clips (`amp.master_params(optimizer)`) is its business
+        if any(is_optimizer(self.ctx, arg.value) or method_call(arg.value, "parameters", "named_parameters")
+                 for arg in node.args):
+            # a function handed the optimizer or the parameters may read or change their `.grad`
+            # (the SSD tutorial's `clip_gradient(optimizer, grad_clip)` clamps them in place)
+            self.reads_grad = True
+        return True
 
 
 def is_optimizer(ctx: RuleContext, expr: cst.BaseExpression) -> bool:

@@ -69,7 +69,8 @@ themselves off with a warning, so the script still runs. The fix is withheld whe
 (`nn.BCELoss`, `F.binary_cross_entropy`: CUDA autocast raises on them; the message says to compute
 the loss on logits with `nn.BCEWithLogitsLoss` first), when the optimizer step is not in the same
 block as the backward call,
-when code between them reads `.grad`, and when the lines before `backward()` are not the
+when code between them reads `.grad` or hands the optimizer or the parameters to a function (which
+may read or clamp the gradients, then scaled), and when the lines before `backward()` are not the
 assignments that compute the loss: when they call nothing, or when a loop or another block above
 them computes part of it (autocast would then cover little or none of the forward pass). A scaler created in a function that is called once per epoch
 starts from its initial scale each epoch; move it out if so.
