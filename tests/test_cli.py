@@ -6,6 +6,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from conftest import LEAK, LEAK_FIXED, ROOT, run_torchlint
 
 DATA_PARALLEL = "import torch.nn as nn\n\nmodel = nn.DataParallel(nn.Linear(2, 2))\nfor x in batches:\n    model(x).sum().backward()\n"
@@ -180,6 +182,14 @@ def test_target_torch_from_project_requirement(project):
     (project / "t.py").write_text("for b in loader:\n    opt.zero_grad()\n    loss.backward()\n")
     assert "TL301" in run_torchlint("--no-cache", "t.py", cwd=project).stdout.decode()
     assert "TL301" not in run_torchlint("--no-cache", "--target-torch", "2.1", "t.py", cwd=project).stdout.decode()
+
+
+@pytest.mark.parametrize("line", ["  - pytorch=1.12.1", "  - pytorch::pytorch>=1.12", "    - torch==1.12.1"])
+def test_target_torch_from_a_conda_environment(project, line):
+    # edm pins `pytorch=1.12.1` in environment.yml: its torch 2.9 advice (TL706) would not even import
+    (project / "environment.yml").write_text(f"name: x\ndependencies:\n  - python>=3.8\n{line}\n  - pip:\n")
+    (project / "t.py").write_text("for b in loader:\n    opt.zero_grad()\n    loss.backward()\n")
+    assert "TL301" in run_torchlint("--no-cache", "t.py", cwd=project).stdout.decode()
 
 
 def test_src_folders_let_findings_see_into_the_project_helpers(project):

@@ -297,7 +297,8 @@ def read_config(path: Path) -> dict:
 
 
 def torch_requirement(root: Path) -> tuple[int, ...] | None:
-    """The lower bound of the project's own ``torch`` requirement, if it declares one."""
+    """The lower bound of the project's own ``torch`` requirement, if it declares one: in
+    pyproject.toml's dependencies, a requirements*.txt, or a conda environment.yml."""
     pattern = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*(?:==|>=|~=|>|===)\s*v?(\d+(?:\.\d+)*)", re.IGNORECASE)
     lines: list[str] = []
     pyproject = root / "pyproject.toml"
@@ -313,6 +314,17 @@ def torch_requirement(root: Path) -> tuple[int, ...] | None:
         match = pattern.match(line)
         if match:
             return parse_version(match.group(1))
+    # a conda environment: `- pytorch=1.12.1` (or `pytorch::pytorch`, `>=`), or `- torch==1.12` under `pip:`
+    conda = re.compile(r"^\s*-\s*(?:[\w.-]+::)?(?:py)?torch\s*(?:==|=|>=|~=|>)\s*v?(\d+(?:\.\d+)*)", re.IGNORECASE)
+    for environment in (root / "environment.yml", root / "environment.yaml"):
+        try:
+            text = environment.read_text(encoding="utf-8", errors="replace") if environment.is_file() else ""
+        except OSError:
+            continue
+        for line in text.splitlines():
+            match = conda.match(line)
+            if match:
+                return parse_version(match.group(1))
     return None
 
 
