@@ -164,9 +164,10 @@ class NoAmp(Rule):
             return
         if self.ctx.gpu_below(TENSOR_CORES):  # no tensor cores: 16-bit matmuls gain little
             return
-        message = ("this CUDA training loop runs in float32; run the forward pass and the loss under "
-                   "`torch.amp.autocast(\"cuda\", dtype=torch.float16)` with a `torch.amp.GradScaler(\"cuda\")` "
-                   "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`)")
+        autocast = amp_constructor("torch.cuda.amp.autocast", self.ctx.target_torch, "torch", "dtype=torch.float16")
+        scaler = amp_constructor("torch.cuda.amp.GradScaler", self.ctx.target_torch, "torch")  # as the fix writes them
+        message = (f"this CUDA training loop runs in float32; run the forward pass and the loss under `{autocast}` "
+                   f"with a `{scaler}` (`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`)")
         if not self.ctx.gpu_below(BF16):  # bfloat16 needs Ampere; unknown GPU: say both
             message += ", or with `dtype=torch.bfloat16` and no scaler on Ampere and newer GPUs"
         if self._binary_cross_entropy_on_probabilities():
