@@ -3,7 +3,8 @@
 
 Finds training scripts with a convolutional model (`nn.Conv1d`/`Conv2d`/`Conv3d`, their
 transposed and lazy forms, or a `torchvision.models` network, with `get_model(name)` counted
-only when the name is written out; in the script or in the project's module it imports the model
+only when the name is written out, and not a layer built only under an option,
+`nn.Conv2d(...) if flag else None`; in the script or in the project's module it imports the model
 from) that train on CUDA and never set
 `torch.backends.cudnn.benchmark`. It reports once per script (a file with an `if __name__ ==
 "__main__":` block or a training loop outside any function; a module that other code imports

@@ -108,6 +108,13 @@ def convolution_dimension(qualified: str | None, network: str | None = None) -> 
     return CONVOLUTIONS.get(qualified)
 
 
+def is_optional(node: ast.IfExp | cst.IfExp) -> bool:
+    """``layer if flag else None`` (or the other way round): the layer may never be built."""
+    if isinstance(node, ast.IfExp):
+        return any(type(b) is ast.Constant and b.value is None for b in (node.body, node.orelse))
+    return any(type(b) is cst.Name and b.value == "None" for b in (node.body, node.orelse))
+
+
 def functional_convolution_dimension(qualified: str | None) -> int | None:
     """1, 2 or 3 for ``torch.nn.functional.conv2d`` and the other functions that apply a
     convolution (``conv_transpose2d``, ``torch.conv3d``); else None."""
@@ -314,6 +321,9 @@ class Modules:
         bindings = self.bindings
 
         class Convolutions(Visitor):
+            def visit_IfExp(self, node: cst.IfExp) -> bool:
+                return not is_optional(node)  # `nn.Conv2d(...) if talking_heads else None`: an option's layer
+
             def visit_Call(self, node: cst.Call) -> None:
                 first = node.args[0].value if node.args and node.args[0].keyword is None else None
                 network = first.evaluated_value if isinstance(first, cst.SimpleString) else None

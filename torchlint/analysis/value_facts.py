@@ -22,7 +22,7 @@ from torchlint.analysis.tensor_places import (
     MOVING_METHODS, RANDOM_FILLS, already_on_host, factory_places, moved, moves, moving_function,
 )
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
-from torchlint.analysis.modules import convolution_dimension, functional_convolution_dimension
+from torchlint.analysis.modules import convolution_dimension, functional_convolution_dimension, is_optional
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
@@ -121,6 +121,7 @@ class WalkerState:
         self.generator = False
         self.builds: set[str] = set()
         self.convolutions: dict[tuple[int, bool], Convolution] = {}  # the first of each dimension, built or applied
+        self.optional = 0  # inside `x if flag else None`: what is built there may never be
         self._parameters(node.args)
         self.grad_mode = self._decorated_grad_mode()
         if self.grad_mode == "disabled":
@@ -356,7 +357,12 @@ class ExpressionFacts(WalkerState):
 
     def _conditional(self, node: ast.IfExp) -> tuple[Operand, ...]:
         self.value(node.test)
-        return union(self.value(node.body), self.value(node.orelse))
+        optional = is_optional(node)
+        self.optional += optional
+        try:
+            return union(self.value(node.body), self.value(node.orelse))
+        finally:
+            self.optional -= optional
 
     def _starred(self, node: ast.AST) -> tuple[Operand, ...]:
         return self.value(node.value)
@@ -523,6 +529,8 @@ class ExpressionFacts(WalkerState):
         ``F.conv2d(x, w)``: one applied (the first of each dimension and kind is kept)."""
         first = node.args[0] if node.args else None
         network = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        if self.optional:  # `nn.Conv2d(...) if talking_heads else None`: an option's layer, off by default
+            return
         dimension, functional = convolution_dimension(qualified, network), False
         if dimension is None:
             dimension, functional = functional_convolution_dimension(qualified), True
