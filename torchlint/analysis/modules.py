@@ -108,6 +108,15 @@ def convolution_dimension(qualified: str | None, network: str | None = None) -> 
     return CONVOLUTIONS.get(qualified)
 
 
+def ast_convolution_kind(node: ast.Call, qualified: str | None) -> tuple[int | None, bool]:
+    """(the dimension of the convolution a call builds or applies, whether it applies one: ``F.conv2d``);
+    (None, True) for a call that is neither."""
+    first = node.args[0] if node.args else None
+    network = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    dimension = convolution_dimension(qualified, network)
+    return (dimension, False) if dimension is not None else (functional_convolution_dimension(qualified), True)
+
+
 def is_optional(node: ast.IfExp | cst.IfExp) -> bool:
     """``layer if flag else None`` (or the other way round): the layer may never be built."""
     if isinstance(node, ast.IfExp):

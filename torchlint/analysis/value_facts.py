@@ -13,16 +13,15 @@ from __future__ import annotations
 import ast
 
 from torchlint.analysis.module_index import ScopeNames, SourceLines, dotted, method_kind
-from torchlint.analysis.summaries import (
-    DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument, CallSite, Convolution, Effect, Keep,
-    ModeCall, ModuleSummary, Operand, Sync, detached, operand, public, union,
-)
+from torchlint.analysis.summaries import (DEVICE, GLOBAL_HOLDER, PARAMETER, RESULT, TENSOR, UNKNOWN_VALUE, Argument,
+                                          CallSite, Convolution, Effect, Keep, ModeCall, ModuleSummary, Operand, Sync,
+                                          detached, operand, public, union)
 from torchlint.analysis.devices import TENSOR_FACTORIES, names_python_value
 from torchlint.analysis.tensor_places import (
     MOVING_METHODS, RANDOM_FILLS, already_on_host, factory_places, moved, moves, moving_function,
 )
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
-from torchlint.analysis.modules import convolution_dimension, functional_convolution_dimension, is_optional
+from torchlint.analysis.modules import ast_convolution_kind, is_optional
 
 # --- what the walk knows about calls -------------------------------------------------------------
 
@@ -357,12 +356,10 @@ class ExpressionFacts(WalkerState):
 
     def _conditional(self, node: ast.IfExp) -> tuple[Operand, ...]:
         self.value(node.test)
-        optional = is_optional(node)
-        self.optional += optional
-        try:
-            return union(self.value(node.body), self.value(node.orelse))
-        finally:
-            self.optional -= optional
+        self.optional += (optional := is_optional(node))
+        found = union(self.value(node.body), self.value(node.orelse))
+        self.optional -= optional
+        return found
 
     def _starred(self, node: ast.AST) -> tuple[Operand, ...]:
         return self.value(node.value)
@@ -527,13 +524,8 @@ class ExpressionFacts(WalkerState):
     def _convolution(self, node: ast.Call, qualified: str | None) -> None:
         """``nn.Conv2d(...)``, ``torchvision.models.resnet18()``: a convolution built;
         ``F.conv2d(x, w)``: one applied (the first of each dimension and kind is kept)."""
-        first = node.args[0] if node.args else None
-        network = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
-        if self.optional:  # `nn.Conv2d(...) if talking_heads else None`: an option's layer, off by default
-            return
-        dimension, functional = convolution_dimension(qualified, network), False
-        if dimension is None:
-            dimension, functional = functional_convolution_dimension(qualified), True
+        # `nn.Conv2d(...) if talking_heads else None` (self.optional): an option's layer, off by default
+        dimension, functional = (None, False) if self.optional else ast_convolution_kind(node, qualified)
         if dimension is not None and (dimension, functional) not in self.convolutions:
             self.convolutions[dimension, functional] = Convolution(dimension, self._effect(node), functional)
 
