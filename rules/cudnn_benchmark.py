@@ -83,7 +83,9 @@ shape changes every batch (variable-length sequences, multi-scale training) slow
 The rule stays silent when the file's code (not a comment, docstring or printed message) mentions `cudnn.benchmark`
 or `cudnn.deterministic` at all, or
 calls `torch.use_deterministic_algorithms` (deterministic mode is detected through any import
-spelling, so this rule and `deterministic-algorithms` never give contradicting advice), and when it shows signs of inputs of varying shape
+spelling, so this rule and `deterministic-algorithms` never give contradicting advice), when a
+project module the script imports mentions `deterministic` or `cudnn.benchmark` (a `set_seed()`
+helper that sets them), and when it shows signs of inputs of varying shape
 (`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
 training). The fix adds the setting after the script's imports, when it imports `torch` at the top.
 
@@ -127,4 +129,12 @@ class CudnnBenchmark(ConvolutionalScriptRule):
         # `import torch.backends.cudnn as cb`) has chosen reproducibility: never advise against it;
         # the project's other modules are read last, for a script that otherwise qualifies
         return self.may_want(self.ctx.code) \
-            and not deterministic_settings(self.ctx.module, self.ctx.bindings) and self.convolutional()
+            and not deterministic_settings(self.ctx.module, self.ctx.bindings) and self.convolutional() \
+            and not self._decided_in_the_project()
+
+    def _decided_in_the_project(self) -> bool:
+        """Does a project module the script imports set the flags (a `set_seed()` helper that calls
+        `torch.use_deterministic_algorithms(True)`)? Its text says so; the choice is the project's."""
+        project = self.ctx.calls.project  # the file's own code was read by `already_decided`
+        return any(project.mentions(self.ctx.path, word, self.ctx.source, imported_only=True)
+                   for word in ("deterministic", "cudnn.benchmark"))

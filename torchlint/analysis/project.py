@@ -42,7 +42,7 @@ from torchlint.fileio import SourceDecodeError, decode_source
 # The words ``mentions`` answers for: what a helper must contain to do what some rule looks for.
 WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "print(", "format(", "synchronize",
          "float(", "add_scalar", "Conv", "conv1d", "conv2d", "conv3d", "conv_transpose", "torchvision",
-         "DataParallel", "set_default_")
+         "DataParallel", "set_default_", "deterministic", "cudnn.benchmark")
 # `import a.b, c as d`, `from ..a import b, c`, `from a import *` and `from a import (b,\n c)` at the
 # start of a line (statements in blocks too)
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
@@ -225,15 +225,16 @@ class ProjectModules:
 
     # -- imports
 
-    def mentions(self, path: str, word: str, source: str | None = None) -> bool:
+    def mentions(self, path: str, word: str, source: str | None = None, imported_only: bool = False) -> bool:
         """Could a call in ``path`` reach code that contains ``word`` (one of ``WORDS``)? True when
         the file's text, or that of a project module it imports (transitively, by the imports its
-        text names), contains it: a cheap gate before asking summaries, reading text only."""
+        text names), contains it: a cheap gate before asking summaries, reading text only. With
+        ``imported_only``, the file's own text does not count."""
         assert word in WORDS, word
         path = os.path.abspath(path)
-        if source is None and (path, word) in self._unreached:
+        if source is None and not imported_only and (path, word) in self._unreached:
             return False
-        if source is None and (path, word) in self._reached:
+        if source is None and not imported_only and (path, word) in self._reached:
             return True
         seen: set[str] = set()
         parents: dict[str, str] = {}  # how the search came to each file: the chain that reaches the word
@@ -248,9 +249,10 @@ class ProjectModules:
             if current != path and (current, word) in self._unreached:
                 continue  # explored before: nothing it reaches holds the word
             words, imports = self._text_index(current, text)
-            if current != path and (current, word) in self._reached or word in words:
+            if current != path and (current, word) in self._reached \
+                    or word in words and (current != path or not imported_only):
                 while current is not None:  # every file on the way reaches it too
-                    if current != path or source is None:
+                    if current != path or source is None and not imported_only:
                         self._reached.add((current, word))
                     current = parents.get(current)
                 return True
@@ -266,7 +268,7 @@ class ProjectModules:
                         stack.append((os.path.abspath(target), None, current))
         # every file explored reaches only files explored: none of them reaches the word (the
         # linted text itself, given as `source`, may differ from its file: it is not remembered)
-        self._unreached.update((other, word) for other in seen if other != path or source is None)
+        self._unreached.update((other, word) for other in seen if other != path or source is None and not imported_only)
         return False
 
     def _text_index(self, path: str, text: str | None) -> tuple[frozenset[str], list[tuple[str, int, str]]]:
