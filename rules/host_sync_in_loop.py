@@ -69,7 +69,8 @@ covers it), in an `except` block or a `raise` statement's message, in the body o
 `if self.debug_mode:`: a debugging run's cost is chosen), in CPU-only scripts (nothing waits for a
 GPU there), or in tests.
 A helper's read of its parameter counts only when the argument may be a tensor (not a time, a
-length or a number read with `.item()`).
+length or a number read with `.item()`), and a read of a tensor made on the CPU (`torch.from_numpy`,
+a factory without a device) does not count.
 
 Off by default: nearly every training script reads its loss every step on purpose for a progress
 bar or a running average, and on a slow model one sync per step costs little, so the rule would
@@ -92,7 +93,7 @@ from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.conditions import is_debug_test, is_periodic_test
 from torchlint.analysis.loops import AST_FUNCTIONS, BACKWARD_CALLEES, ast_training_loop_lines
 from torchlint.analysis.summaries import PARAMETER, TENSOR
-from torchlint.analysis.tensor_places import DEFAULT_DEVICE_WORD, HOST, host_literal
+from torchlint.analysis.tensor_places import DEFAULT_DEVICE_WORD, HOST, HOST_FACTORIES, HOST_NEUTRAL, host_literal
 from torchlint.analysis.syntax import dotted_name, line_within, method_call, names_in, root_names, target_names
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.lazy import libcst as cst
@@ -250,6 +251,8 @@ class HostSyncInLoop(Rule):
             value = method.value
             while method_call(value, *SYNC_METHODS) is not None:
                 value = value.func.value  # `x.cpu().numpy()` -> `x`
+            if _made_on_the_host(value, self.ctx):
+                return None
             kept = self.ctx.code_for(value)
             return self.ctx.code_for(node), f"keep `{kept}` on the device (add it up there, detached) and read it"
         tensors = self._tensors(loop)
@@ -409,6 +412,21 @@ def _feeds_an_environment(ctx, node: cst.Call, loop: cst.CSTNode | None) -> bool
     steps = _EnvironmentSteps()
     visit(loop, steps)
     return any(ctx.code_for(node) in code or names & used for code, used in steps.arguments)
+
+
+def _made_on_the_host(expr: cst.BaseExpression, ctx) -> bool:
+    """Is the value a tensor the function made on the CPU: a name it assigns only
+    ``torch.from_numpy(...)`` (through methods that keep it there: ``counts.sum()``)? Reading it
+    waits for no device."""
+    while type(expr) is cst.Call and type(expr.func) is cst.Attribute \
+            and expr.func.attr.value in HOST_NEUTRAL | {"sum", "mean", "max", "min", "prod"}:
+        expr = expr.func.value
+    if type(expr) is not cst.Name:
+        return False
+    function = ctx.enclosing_function()
+    values = ctx.bindings.scope(function if function is not None else ctx.module).assigned.get(expr.value, [])
+    return bool(values) and all(type(value) is cst.Call and ctx.qualified_name(value.func) in HOST_FACTORIES
+                                for value in values)
 
 
 def _holds_tensor(expr: cst.BaseExpression, tensors: frozenset[str]) -> bool:

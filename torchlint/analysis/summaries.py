@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from torchlint.analysis.dataclass_json import checked, decode, encode
 
 # Bump when what a summary holds or means changes: disk-cached summaries of another version are misses.
-SUMMARY_VERSION = 11
+SUMMARY_VERSION = 12
 
 # Operand kinds
 PARAMETER = "parameter"  # a parameter of the function (``index``, ``name``); the call site decides what it is

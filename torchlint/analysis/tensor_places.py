@@ -92,9 +92,15 @@ def moving_function(name: str, node: ast.Call) -> bool:
         k.arg in ("device", None) for k in node.keywords)
 
 
+# Functions that make a tensor on the CPU whatever their arguments: it shares a NumPy array's memory.
+HOST_FACTORIES = frozenset({"torch.from_numpy"})
+
+
 def factory_places(walker, node: ast.Call, name: str, positional: list, keywords: list) -> tuple[str, ...]:
     """Where ``torch.<name>(...)`` makes its tensor (see the module's docstring); ``walker``: the
     function's walk (value_facts.WalkerState), whose names say what a device argument is."""
+    if f"torch.{name}" in HOST_FACTORIES:
+        return (HOST,)
     device = next((k.value for k in node.keywords if k.arg == "device"), None)
     if device is not None:
         return _device_places(walker, device, 1)

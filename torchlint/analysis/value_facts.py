@@ -18,7 +18,7 @@ from torchlint.analysis.summaries import (DEVICE, GLOBAL_HOLDER, PARAMETER, RESU
                                           detached, operand, public, union)
 from torchlint.analysis.devices import TENSOR_FACTORIES, names_python_value
 from torchlint.analysis.tensor_places import (
-    MOVING_METHODS, RANDOM_FILLS, already_on_host, factory_places, moved, moves, moving_function,
+    HOST_FACTORIES, MOVING_METHODS, RANDOM_FILLS, already_on_host, factory_places, moved, moves, moving_function,
 )
 from torchlint.analysis.loops import BACKWARD_FUNCTIONS, BACKWARD_METHODS, MODEL_BUILDER, MODEL_NAME, NO_GRAD_CONTEXTS
 from torchlint.analysis.modules import ast_convolution_kind, is_optional
@@ -511,8 +511,8 @@ class ExpressionFacts(WalkerState):
         elif name == "torch.cuda.synchronize":
             self._sync(node, (operand(DEVICE),), "synchronize")
             return ()
-        elif name in TENSOR_FACTORIES:
-            places = factory_places(self, node, TENSOR_FACTORIES[name], positional, keywords)
+        elif name in TENSOR_FACTORIES or name in HOST_FACTORIES:
+            places = factory_places(self, node, name.rsplit(".", 1)[-1], positional, keywords)
             return tuple(operand(TENSOR, None, None, False, place) for place in places)
         layer = name.rsplit(".", 1)[-1]
         if name.startswith("torch.nn.") and layer[:1].isupper():
