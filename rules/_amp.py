@@ -216,6 +216,16 @@ def _computes_under_autocast(body: Sequence[cst.CSTNode], start: int, end: int, 
     return True
 
 
+def _fused_sgd(ctx: RuleContext, optimizer: cst.BaseExpression) -> bool:
+    """Is the optimizer built in the file as ``torch.optim.SGD(..., fused=True)``?"""
+    name = dotted_name(optimizer)
+    return name is not None and any(
+        isinstance(value, cst.Call) and ctx.qualified_name(value.func) in ("torch.optim.SGD", "torch.optim.sgd.SGD")
+        and any(a.keyword is not None and a.keyword.value == "fused" and dotted_name(a.value) == "True"
+                for a in value.args)
+        for value in ctx.bindings.values(name))
+
+
 def mixed_precision_step(ctx: RuleContext, block: cst.IndentedBlock, index: int, loss_names: set[str], scaler: str,
                          autocast: str, optimizer: str | None = None) -> MixedPrecisionStep | None:
     """Edits that turn one float32 training step of ``block`` (an ancestor of the current
@@ -253,6 +263,8 @@ def mixed_precision_step(ctx: RuleContext, block: cst.IndentedBlock, index: int,
     unit = ctx.module.default_indent
     step_call = bare_call(body[step])
     optimizer = ctx.code_for(step_call.func.value)
+    if _fused_sgd(ctx, step_call.func.value):
+        return None  # a fused SGD step advanced its momentum on the steps a GradScaler skips (TL302)
     edits = []
     for position in range(start, index):
         statement = body[position]

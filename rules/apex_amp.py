@@ -154,6 +154,7 @@ class ApexAmp(Rule):
     kind = "migration"
     summary = "NVIDIA apex `amp` instead of `torch.amp` (autocast and GradScaler)"
     fix_applicability = "unsafe"
+    fix_conflicts = ("TL302",)  # a GradScaler beside the fused SGD that fix writes: see mixed_precision_step
     triggers = ("apex",)
 
     @classmethod

@@ -72,7 +72,10 @@ block as the backward call,
 when code between them reads `.grad` or hands the optimizer or the parameters to a function (which
 may read or clamp the gradients, then scaled), and when the lines before `backward()` are not the
 assignments that compute the loss: when they call nothing, or when a loop or another block above
-them computes part of it (autocast would then cover little or none of the forward pass). A scaler created in a function that is called once per epoch
+them computes part of it (autocast would then cover little or none of the forward pass), and when
+the optimizer is an SGD built with `fused=True`, whose fused step advances its momentum on the steps
+a `GradScaler` skips. In one `--fix` run this fix and TL302's `fused=True` are never applied
+together: the round after one of them lints the file again, and the other then holds back. A scaler created in a function that is called once per epoch
 starts from its initial scale each epoch; move it out if so.
 
 ## Versions
@@ -135,6 +138,7 @@ class NoAmp(Rule):
     kind = "performance"
     summary = "A float32 CUDA training loop without autocast (mixed precision)"
     fix_applicability = "unsafe"
+    fix_conflicts = ("TL302",)  # a GradScaler beside the fused SGD that fix writes: see mixed_precision_step
     torch_versions = ">=1.10"
     default_enabled = False
 

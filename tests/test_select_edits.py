@@ -106,3 +106,28 @@ def test_each_edit_is_read_a_bounded_number_of_times():
     taken, _ = select_edits(diagnostics, unsafe_fixes=False)
     assert len(taken) == count // 2
     assert CountingEdit.reads <= 10 * count
+
+
+def test_fixes_of_conflicting_rules_wait_for_the_next_round():
+    # TL703's GradScaler and TL302's fused SGD are each safe alone, not together (Rule.fix_conflicts):
+    # one round takes the first of them, and the next round lints the file with it applied
+    def of(code: str, number: int, at: int) -> Diagnostic:
+        fix = Fix("fix", UNSAFE, (Edit(at, at, "x"),))
+        return Diagnostic("t.py", code, "test", f"finding {number}", Severity.WARNING, 0, 0, 0, 0, fix)
+
+    found = [of("TL302", 1, 10), of("TL703", 2, 50), of("TL201", 3, 90), of("TL302", 4, 120)]
+    assert chosen(found, unsafe_fixes=True) == ["finding 1", "finding 3", "finding 4"]
+    assert chosen(found[1:], unsafe_fixes=True) == ["finding 2", "finding 3"]
+
+
+def test_a_mixed_precision_fix_is_not_written_beside_a_fused_sgd(tmp_path):
+    from torchlint.config import resolve_settings
+    from torchlint.engine import fix_source
+
+    source = ("import torch\n\nmodel = torch.nn.Linear(4, 2).cuda()\n"
+              "optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\nfor _ in range(10):\n"
+              "    loss = model(torch.randn(8, 4, device='cuda')).square().mean()\n    optimizer.zero_grad()\n"
+              "    loss.backward()\n    optimizer.step()\n")
+    settings = resolve_settings(tmp_path, isolated=True, select=["TL302", "TL703"], unsafe_fixes=True)
+    fixed = fix_source(source, "train.py", settings).source
+    assert "fused=True" in fixed and "GradScaler" not in fixed

@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import accumulate
 
 from torchlint import guards
@@ -25,7 +26,7 @@ from torchlint.diagnostics import Diagnostic, Edit, Severity, apply_edits
 from torchlint.fixes import NodeEdit
 from torchlint.lazy import libcst as cst
 from torchlint.parsing import StatementCache, parse_module
-from torchlint.rule import Report, Rule
+from torchlint.rule import Report, Rule, all_rules
 from torchlint.suppression import apply_noqa, skip_file
 
 SYNTAX_ERROR = ("TL000", "syntax-error")
@@ -426,17 +427,32 @@ def select_edits(diagnostics: list[Diagnostic], unsafe_fixes: bool) -> tuple[lis
     ends = _Counter(hi for fix_spans in spans for _, hi in fix_spans)
     taken: list[Diagnostic] = []
     edits: list[Edit] = []
+    conflicts = _fix_conflicts()
+    excluded: set[str] = set()  # codes whose fixes conflict with one taken this round (Rule.fix_conflicts)
     for diag, fix_spans in zip(candidates, spans):
         # the taken spans that meet [lo, hi]: those starting at or before hi, less those ending
         # before lo (which start before hi too)
-        if any(starts.at_most(hi) > ends.at_most(lo - 1) for lo, hi in fix_spans):
+        if diag.code in excluded or any(starts.at_most(hi) > ends.at_most(lo - 1) for lo, hi in fix_spans):
             continue
+        excluded |= conflicts.get(diag.code, frozenset())
         for lo, hi in fix_spans:
             starts.add(lo)
             ends.add(hi)
         taken.append(diag)
         edits.extend(diag.fix.edits)
     return taken, edits
+
+
+@cache
+def _fix_conflicts() -> dict[str, frozenset[str]]:
+    """Code -> the codes whose fixes wait for the next round once one of its fixes is taken
+    (Rule.fix_conflicts, both ways)."""
+    found: dict[str, set[str]] = {}
+    for rule in all_rules():
+        for other in rule.fix_conflicts:
+            found.setdefault(rule.code, set()).add(other)
+            found.setdefault(other, set()).add(rule.code)
+    return {code: frozenset(codes) for code, codes in found.items()}
 
 
 def _closed_span(edit: Edit) -> tuple[int, int]:

@@ -61,6 +61,10 @@ class Rule:
     # Words (analysis/project.WORDS) that let the rule fire through the project's own modules: a file
     # that `applies` rejects still reaches the rule when a module it imports contains one of them.
     reaches: ClassVar[tuple[str, ...]] = ()
+    # Rules whose fixes must not be applied in the same round as this rule's: each could be safe
+    # alone and unsafe together (a GradScaler and a fused SGD). The next round lints the file again,
+    # and each rule then sees what the other wrote.
+    fix_conflicts: ClassVar[tuple[str, ...]] = ()
     default_enabled: ClassVar[bool] = True
     # Findings in test code (Programs.in_test_code) are dropped for performance advice, and for a
     # rule that sets this: code that tests do on purpose (calling `forward` directly, building an
