@@ -41,8 +41,9 @@ the dataset object and every DDP process starts its own workers, so more is not 
 ## Fix safety
 
 Unsafe. The fix writes `num_workers=min(8, os.cpu_count() or 1)`: one worker per CPU core up to
-eight, a start that suits most machines without flooding a large server (and `import os` after the
-file's last top-level import when the file lacks it). It changes how the program runs:
+eight, a start that suits most machines without flooding a large server (and `import os` first
+among the file's imports, as isort places the standard library, when the file lacks it). It
+changes how the program runs:
 
 - workers are separate processes: the dataset, `collate_fn` and `worker_init_fn` must be
   picklable, global state changed in the main process is not seen by workers, and random
