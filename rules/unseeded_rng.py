@@ -6,7 +6,8 @@ but draws from NumPy's global generator (`np.random.shuffle`, `np.random.rand`..
 `random` module (`random.random`, `random.choice`...) without seeding it (`np.random.seed`,
 `random.seed`, or a helper that seeds everything: Lightning's `seed_everything`, transformers'
 `set_seed`, a function of the file that calls the seeds). A draw that only picks a seed
-(`torch.manual_seed(random.randint(0, 2**63))`, a fresh run on purpose) does not count. Off by
+(`torch.manual_seed(random.randint(0, 2**63))`, `data_seed = random.randint(0, 2**50)`: a fresh
+run on purpose) does not count. Off by
 default: a reproducibility note, not a speed rule.
 
 ## Why is it wrong
@@ -73,7 +74,7 @@ import re
 
 from torchlint.analysis.flow import function_of_call, path_to
 from torchlint.analysis.loops import ast_training_loop_lines
-from torchlint.analysis.syntax import bare_call, dotted_name, positional_args
+from torchlint.analysis.syntax import bare_call, dotted_name, positional_args, target_names
 from torchlint.analysis.walk import walk
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, Severity, SyntaxIndex
@@ -177,6 +178,9 @@ class _Calls:
         def on_visit(node: cst.CSTNode) -> bool:
             if type(node) is cst.FunctionDef and node.name.value in WORKER_METHODS:
                 in_worker.append(node)
+            if type(node) is cst.Assign and any("seed" in name.lower() for target in node.targets
+                                                for name in target_names(target.target)):
+                seeding.append(node)  # `data_seed = random.randint(0, 2**50)`: a seed drawn on purpose
             if type(node) is not cst.Call:
                 return True
             qualified = self.ctx.bindings.qualified_name(node.func)
