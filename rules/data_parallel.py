@@ -109,7 +109,8 @@ from torchlint.analysis.calls import ast_external_bases
 from torchlint.analysis.loops import iterated_value
 from torchlint.analysis.data import (DISTRIBUTED_DATA_PARALLEL, DISTRIBUTED_SAMPLERS, dataloader_argument,
                                     is_dataloader_call)
-from torchlint.analysis.syntax import atom_types, dotted_name, find_argument, find_keyword, has_star_args, returns_of
+from torchlint.analysis.syntax import (atom_types, dotted_name, find_argument, find_keyword, function_parameters,
+                                       has_star_args, returns_of)
 from torchlint.fixes import (block_indentation, import_reference, imported_name, keyword_argument, remove_arg,
                              set_keyword)
 from torchlint.lazy import libcst as cst
@@ -210,7 +211,7 @@ class DataParallel(Rule):
     def visit_For(self, node: cst.For) -> None:
         iterated = iterated_value(node, self.ctx.bindings)
         if not (isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "range") \
-                and self.ctx.loops.backpropagated_names(node) is not None:
+                and not _unbound(self.ctx, iterated) and self.ctx.loops.backpropagated_names(node) is not None:
             self.data_loops.append(node)
 
     @cached_property
@@ -477,3 +478,11 @@ def _shard(call: cst.Call) -> tuple[cst.BaseExpression, cst.Arg | None] | None:
     if shuffle is not None and shuffle.keyword is None:
         return None  # positional: the arguments after it would shift
     return dataset.value, shuffle
+
+
+def _unbound(ctx, iterated: cst.BaseExpression) -> bool:
+    """A name that nothing in the file binds (no assignment, parameter, import, or star import
+    that may bring it): the script cannot run as written, and no loader of it is missed."""
+    function = ctx.enclosing_function()
+    return type(iterated) is cst.Name and not ctx.bindings.is_bound(iterated.value) and not ctx.bindings.imports.star \
+        and (function is None or iterated.value not in function_parameters(function))
