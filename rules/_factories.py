@@ -420,6 +420,34 @@ def creates_non_leaf(ctx: RuleContext, factory_call: cst.Call) -> bool:
     return True
 
 
+def same_values_on_any_device(factory_call: cst.Call, factory: str) -> bool:
+    """Does the factory give the same values on the GPU as on the CPU? Not ``linspace`` and
+    ``logspace``, whose kernels compute each value in the device's own precision, nor ``arange``
+    over floats: the CPU computes ``start + i * step`` in double and rounds once, CUDA in float32
+    (``torch.arange(0.0, 1.01, 0.1)[9]`` is 0.89999998 on one and 0.90000004 on the other;
+    pytorch#47043). Integer ranges are exact."""
+    if factory in ("linspace", "logspace"):
+        return False
+    if factory in ("arange", "range"):
+        return not any(_may_be_fractional(arg.value) for arg in factory_call.args
+                       if arg.keyword is None or arg.keyword.value in ("start", "end", "step"))
+    return True
+
+
+def _may_be_fractional(expr: cst.BaseExpression) -> bool:
+    """A float literal, or arithmetic that may make one (``/``, ``**`` with a negative power)."""
+    if type(expr) is cst.UnaryOperation:
+        return _may_be_fractional(expr.expression)
+    if type(expr) is cst.Float:
+        return True
+    if type(expr) is cst.BinaryOperation:
+        return type(expr.operator) in (cst.Divide, cst.Power) or _may_be_fractional(expr.left) \
+            or _may_be_fractional(expr.right)
+    if type(expr) is cst.Call:
+        return dotted_name(expr.func) == "float"
+    return False
+
+
 def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory: str,
                      move: DeviceMove, repairs: bool = False, methods: tuple[str, ...] = (),
                      modern: cst.Call | None = None, exact_between: bool = True) -> FixSpec | None:
@@ -442,7 +470,8 @@ def create_on_device(rule: Rule, node: cst.Call, factory_call: cst.Call, factory
         return None  # a comment between the factory and the move: the rewrite would drop it
     # a factory that already names a device computed its values there: another device may round
     # differently (`linspace`, `arange` on floats)
-    safe = factory in DETERMINISTIC_FACTORIES and move.certain and find_keyword(factory_call, "device") is None
+    safe = factory in DETERMINISTIC_FACTORIES and move.certain and find_keyword(factory_call, "device") is None \
+        and same_values_on_any_device(factory_call, factory)
     new = set_keyword(modern or factory_call, "device", move.device)
     if move.dtype is not None:
         if find_keyword(modern or factory_call, "dtype") is not None or methods:

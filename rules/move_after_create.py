@@ -66,7 +66,10 @@ noise = torch.randn(batch, dim, device=device)
 ## Fix safety
 
 Safe for deterministic factories: the values are the same, only where they are made changes.
-Unsafe when the factory already names a device (`torch.linspace(..., device=a.device).to(b)`):
+Unsafe for `linspace` and `logspace`, and for `arange` over floats (a float literal, a division):
+the CPU computes `start + i * step` in double and rounds once, CUDA in float32, so
+`torch.arange(0.0, 1.01, 0.1)` holds other values on each (pytorch#47043); a range of integers is
+exact. Unsafe when the factory already names a device (`torch.linspace(..., device=a.device).to(b)`):
 the values were computed on that device, and another may round them differently. A
 `dtype` given to `.to()` moves into the factory (safe for `zeros`, `ones`, `empty` and `eye`,
 whose values are exact in every dtype; unsafe otherwise, since rounding
@@ -114,7 +117,8 @@ from torchlint.rule import Rule, SyntaxIndex
 from torchlint.rules._factories import (LEGACY_CONSTRUCTORS, MOVE_AFTER_CALL, NO_HOST_FILL, ast_helper_factory_moves,
                                         ast_moved_calls, ast_rebound_moves, bound_factory_move, chained_factory_move,
                                         create_on_device, creates_non_leaf, factory_move, helper_factory_move,
-                                        legacy_move, rebound_move_in, shown_chain, type_as_move, ast_type_as_calls)
+                                        legacy_move, rebound_move_in, same_values_on_any_device, shown_chain, type_as_move,
+                                        ast_type_as_calls)
 
 
 class MoveAfterCreate(Rule):
@@ -214,7 +218,8 @@ class MoveAfterCreate(Rule):
             device = cst.Attribute(target, cst.Name("device"))
             fix = self.fix("Create the tensor on the device", self.replace(
                 factory_call, set_keyword(factory_call, "device", device)),
-                applicability="safe" if factory in DETERMINISTIC_FACTORIES else "unsafe")
+                applicability="safe" if factory in DETERMINISTIC_FACTORIES
+                and same_values_on_any_device(factory_call, factory) else "unsafe")
         self.report(factory_call, f"`torch.{factory}(...).type_as({written})` {_makes(factory)} the tensor on the CPU, then copies "
                                   f"it to the device of `{written}`; create it there with `device={written}.device`",
                     fix)
