@@ -406,7 +406,8 @@ def module_setting(ctx: RuleContext, template: str) -> NodeEdit | None:
     file's name for torch goes (``{torch}.backends.cudnn.benchmark = True``). None when the
     file does not import torch at the top or has no import line to put it after."""
     anchor = None
-    for statement in ctx.module.body:
+    body = list(ctx.module.body)
+    for statement in body:
         if isinstance(statement, cst.SimpleStatementLine):
             if all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
                 anchor = statement
@@ -417,6 +418,18 @@ def module_setting(ctx: RuleContext, template: str) -> NodeEdit | None:
     torch = imported_name(ctx, "torch")
     if torch is None:
         return None
+    # the setting needs the name: after `import torch`, should that come after the first imports
+    # and a block (a notebook that reads its data before importing torch)
+    binds = next((statement for statement in body if isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Import) and any((alias.asname.name.value if alias.asname else
+                                               dotted_name(alias.name).split(".")[0]) == torch.split(".")[0]
+                                              for alias in small.names)
+        or isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and any(
+            (alias.asname.name.value if alias.asname else dotted_name(alias.name)) == torch.split(".")[0]
+            for alias in small.names)
+        for small in statement.body)), None)
+    if binds is not None and body.index(binds) > body.index(anchor):
+        anchor = binds
     return NodeEdit(anchor, template.format(torch=torch) + "\n", "line_after")
 
 
