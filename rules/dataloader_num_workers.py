@@ -76,12 +76,15 @@ CUDA once the training process has, so workers would make the script fail.
 
 from __future__ import annotations
 
+import ast
+
 from functools import cache
 
 from torchlint.analysis.data import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, ast_dataloader_argument,
-                                    ast_dataloader_calls, dataloader_argument, is_dataloader_call)
+                                    ast_dataloader_calls, dataloader_argument, is_dataloader_call, workers_of)
+from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.syntax import (ast_is_literal, dotted_name, has_star_args, is_literal, is_main_guard, names_in,
-                                       returns_of)
+                                       returns_of, same_literal)
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import parse_expression, replace_arg_value, set_keyword
 from torchlint.lazy import libcst as cst
@@ -107,20 +110,22 @@ class DataloaderNumWorkers(Rule):
 
     @classmethod
     def precheck(cls, index: SyntaxIndex) -> bool:
-        return any(ast_dataloader_argument(call, "num_workers") is None
-                   or ast_is_literal(ast_dataloader_argument(call, "num_workers"), 0) for call in ast_dataloader_calls(index))
+        return any((workers := ast_dataloader_argument(call, "num_workers")) is None or ast_is_literal(workers, 0)
+                   or isinstance(workers, ast.Name) for call in ast_dataloader_calls(index))  # `num_workers = 0` too
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node):
             return
         workers = dataloader_argument(node, "num_workers")
-        if workers is not None and not is_literal(workers.value, 0):
+        known, count = workers_of(node, self.ctx.bindings, self.ctx.parameters_around())
+        if workers is not None and not (known and same_literal(count, 0)):
             return
         dataset = dataloader_argument(node, "dataset")
         if dataset is None or self._workers_do_not_help(dataset.value) or self._never_read():
             return
         loads = "`DataLoader(..., num_workers=0)`" if workers is not None else "`DataLoader` without `num_workers`"
-        self.report(node, f"{loads} loads every batch in the training process while the GPU waits; "
+        waits = "while the GPU waits" if mentions_cuda(self.ctx.code) else "between the steps"
+        self.report(node, f"{loads} loads every batch in the training process {waits}; "
                           "pass `num_workers=min(8, os.cpu_count() or 1)` and tune it", self._fix(node, workers))
 
     def _never_read(self) -> bool:

@@ -76,11 +76,11 @@ from __future__ import annotations
 import ast
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument,
-                                    is_dataloader_call)
+                                    is_dataloader_call, workers_of)
 from torchlint.analysis.index import span
 from torchlint.analysis.loops import AST_FUNCTIONS, ast_loop_lines, loop_types
 from torchlint.analysis.syntax import (ast_dotted_name, ast_find_keyword, contains, dotted_name, find_keyword,
-                                       has_star_args, literal_value)
+                                       has_star_args)
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import parse_expression, set_keyword
 from torchlint.lazy import libcst as cst
@@ -124,7 +124,7 @@ class PersistentWorkers(Rule):
         workers = dataloader_argument(node, "num_workers")
         if workers is None or self.ctx.enclosing(*loop_types()) or "reload_dataloaders_every" in self.ctx.code:
             return
-        known, count = literal_value(workers.value)
+        known, count = workers_of(node, self.ctx.bindings, self.ctx.parameters_around())  # `num_workers = 0` too
         if known and not (type(count) is int and count > 0):
             return
         dataset = dataloader_argument(node, "dataset")

@@ -51,7 +51,7 @@ for x, y in loader:
 Safe: pinning changes where a batch lives on the host, not its values, and on a machine without
 CUDA the DataLoader skips pinning with a warning. The rule applies only where pinning pays off:
 
-- the loader has workers: with `num_workers=0` the pinning copy runs on the training thread
+- the loader has workers: with `num_workers=0` (or a name bound only to 0) the pinning copy runs on the training thread
   itself, the pattern that the PyTorch pinned-memory tutorial measures as slower than a plain
   copy (see TL601, whose fix adds workers first);
 - a training loop (a loop that calls `backward`) iterates the loader and copies to a CUDA device;
@@ -80,11 +80,12 @@ from __future__ import annotations
 import re
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument, handed_to,
-                                    is_dataloader_call)
+                                    is_dataloader_call, workers_of)
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.walk import walk
-from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal,
+                                       same_literal)
 from torchlint.fixes import set_keyword
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
@@ -114,7 +115,8 @@ class PinMemory(Rule):
                 or dataloader_argument(node, "pin_memory") is not None or not mentions_cuda(self.ctx.code):
             return
         workers = dataloader_argument(node, "num_workers")
-        if workers is None or is_literal(workers.value, 0):
+        known, count = workers_of(node, self.ctx.bindings, self.ctx.parameters_around())
+        if workers is None or known and same_literal(count, 0):
             return  # pinning on the training thread does not pay (TL601 adds workers first)
         if not any(self.ctx.loops.backpropagated_names(loop) is not None and self.ctx.devices.moves_to_cuda(loop.body)
                    for loop in self._loops(node)):

@@ -56,8 +56,7 @@ import ast
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, is_dataloader_call, known_value,
                                     without_workers)
-from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, find_keyword, function_parameters,
-                                       same_literal)
+from torchlint.analysis.syntax import ast_find_keyword, ast_is_literal, dotted_name, find_keyword, same_literal
 from torchlint.fixes import remove_arg
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
@@ -91,8 +90,7 @@ class PrefetchWithoutWorkers(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not is_dataloader_call(node, self.ctx.bindings):
             return
-        parameters = {name for function in self.ctx.enclosing(cst.FunctionDef, cst.Lambda)
-                      for name in function_parameters(function)}
+        parameters = self.ctx.parameters_around()
         offending = [arg for arg in map(lambda option: find_keyword(node, option), WORKER_OPTIONS)
                      if arg is not None and self._needs_workers(arg, parameters)]
         if not offending or not without_workers(node, self.ctx.bindings, parameters) \

@@ -158,6 +158,11 @@ class RuleContext:
             return [n for n in reversed(self.ancestors[:-1]) if type(n) in exact]
         return [n for n in reversed(self.ancestors[:-1]) if isinstance(n, types)]
 
+    def parameters_around(self) -> set[str]:
+        """The parameters of the functions (and lambdas) around the current node: names a binding
+        of the module does not reach there."""
+        return {name for function in self.enclosing(cst.FunctionDef, cst.Lambda) for name in function_parameters(function)}
+
     def enclosing_function(self) -> cst.FunctionDef | None:
         found = self.enclosing(cst.FunctionDef)
         return found[0] if found else None

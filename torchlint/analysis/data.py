@@ -74,6 +74,16 @@ def without_workers(call: cst.Call, bindings: Bindings, parameters: Collection[s
     return known and same_literal(value, 0)
 
 
+def workers_of(call: cst.Call, bindings: Bindings, parameters: Collection[str] = ()) -> tuple[bool, object]:
+    """(True, count) when the number of workers of a DataLoader call is known: absent (0), a
+    literal, or a name only ever assigned one literal (``num_workers = 0`` then
+    ``num_workers=num_workers``; see ``known_value``); else (False, None)."""
+    if has_star_args(call):
+        return False, None
+    workers = dataloader_argument(call, "num_workers")
+    return (True, 0) if workers is None else known_value(workers.value, bindings, parameters)
+
+
 def loader_calls(expr: cst.BaseExpression, bindings: Bindings, depth: int = 0) -> list[cst.Call] | None:
     """The ``DataLoader(...)`` calls a loop over ``expr`` iterates: ``expr`` itself, or every value
     the file assigns to the name (through ``enumerate``/``tqdm`` wrappers, also when the wrapper is
