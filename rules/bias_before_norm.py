@@ -18,7 +18,9 @@ project whose `forward` returns its conv's output as is (tacotron2's `ConvNorm`:
 through the helper's or the module's own `bias` parameter when it has one. A layer built with
 `bias=<a parameter of the function around it>` (`DepthWiseConv2d(..., bias=True)` passing
 `bias=bias` to its conv) counts as biased unless every call of that function or module in the file
-passes `False` (or, with no call in the file, its default is `False`).
+passes `False` (or, with no call in the file, its default is `False`). A `Sequential` handed to
+code that is not torch's (`MaskConv(nn.Sequential(conv, bn, ...))`, which masks the output of each
+module) is not read: the layers may not meet as a `Sequential` runs them.
 
 ## Why is it slow
 
@@ -345,7 +347,7 @@ class BiasBeforeNorm(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.qualified_name(node.func)
         self.lists.call(node, name)
-        if name in SEQUENTIAL:
+        if name in SEQUENTIAL and not self._handed_to_project_code():
             modules = [a.value for a in node.args if not a.star and a.keyword is None]
             if len(modules) == 1 and isinstance(modules[0], cst.Call) and \
                     self.ctx.qualified_name(modules[0].func) in ORDERED_DICT:
@@ -354,6 +356,14 @@ class BiasBeforeNorm(Rule):
                 self._candidate(layer, norm)
         elif self.classes:
             self._record_use(node)
+
+    def _handed_to_project_code(self) -> bool:
+        """Is the ``nn.Sequential(...)`` at hand passed to a call that is not torch's own
+        (deepspeech's ``MaskConv(nn.Sequential(conv, bn, ...))``, which runs the modules one by one
+        and masks the output of each): the layers may not meet as a Sequential runs them."""
+        chain = self.ctx.ancestors
+        return len(chain) > 2 and type(chain[-2]) is cst.Arg and type(chain[-3]) is cst.Call \
+            and not (self.ctx.qualified_name(chain[-3].func) or "").startswith("torch.nn.")
 
     @staticmethod
     def _ordered_dict_modules(call: cst.Call) -> list[cst.BaseExpression]:
