@@ -114,6 +114,7 @@ from torchlint.analysis.syntax import find_keyword, is_literal
 from torchlint.fixes import set_keyword
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
+from torchlint.analysis.devices import mentions_cuda
 from torchlint.rules._factories import (LEGACY_CONSTRUCTORS, MOVE_AFTER_CALL, NO_HOST_FILL, ast_helper_factory_moves,
                                         ast_moved_calls, ast_rebound_moves, bound_factory_move, chained_factory_move,
                                         create_on_device, creates_non_leaf, factory_move, helper_factory_move,
@@ -212,6 +213,8 @@ class MoveAfterCreate(Rule):
         factory_call, factory, target = found
         if factory in NO_HOST_FILL or creates_non_leaf(self.ctx, factory_call):
             return True
+        if self.ctx.programs.is_script and not mentions_cuda(self.ctx.code):
+            return True  # a script that never uses CUDA: `type_as` only casts (nlp-tutorial's Transformer)
         written = self.ctx.code_for(target).strip()
         fix = None
         if all(find_keyword(factory_call, k) is None for k in ("generator", "pin_memory")):
