@@ -85,7 +85,9 @@ dropped. TL502 `ddp-sampler` then adds `sampler.set_epoch(epoch)` to the epoch l
 has a sampler of its own, takes `**kwargs` or a positional `shuffle`, or builds its dataset inside
 the call, which would then be built twice), when the rule cannot follow a loader to the loop
 that trains on it (the loop iterates a parameter or a name bound twice, or a loader built in
-another module, or the loader is drawn with `next(iter(...))`), for a `DataParallel(...)` call with `dim=` or
+another module, or the loader is drawn with `next(iter(...))`), when the file tests for
+DataParallel (`isinstance(m, nn.DataParallel)`) or a project module it imports names it (code that
+unwraps `module.module` for DataParallel only would keep DDP's wrapper), for a `DataParallel(...)` call with `dim=` or
 `**kwargs` or in a class body, in a file that trains nothing, or in a script that already has a DDP
 path.
 
@@ -320,7 +322,7 @@ class DataParallel(Rule):
         loaders = [loader for loader in self.loaders if loader.trains and not loader.sharded]
         if any(loader.shard is None or loader.place is None for loader in loaders):
             return None  # a training loader that cannot be sharded: DDP would train on every sample per rank
-        if not self._every_data_loop_is_seen():
+        if not self._every_data_loop_is_seen() or _unwrapped_elsewhere(self.ctx):
             return None
         if site.place is None or site.place.in_class:
             return None
@@ -486,3 +488,11 @@ def _unbound(ctx, iterated: cst.BaseExpression) -> bool:
     function = ctx.enclosing_function()
     return type(iterated) is cst.Name and not ctx.bindings.is_bound(iterated.value) and not ctx.bindings.imports.star \
         and (function is None or iterated.value not in function_parameters(function))
+
+
+def _unwrapped_elsewhere(ctx) -> bool:
+    """Does the file test for DataParallel (`isinstance(m, nn.DataParallel)`), or a project module
+    it imports name it (ddim's EMA helper unwraps `module.module` only for DataParallel)? DDP
+    is no DataParallel: that code would then keep the wrapper and its `module.` keys."""
+    return re.search(r"isinstance\([^)]*DataParallel", ctx.code) is not None \
+        or ctx.calls.project.mentions(ctx.path, "DataParallel", ctx.source, imported_only=True)
