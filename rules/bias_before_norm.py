@@ -358,12 +358,17 @@ class BiasBeforeNorm(Rule):
             self._record_use(node)
 
     def _handed_to_project_code(self) -> bool:
-        """Is the ``nn.Sequential(...)`` at hand passed to a call that is not torch's own
+        """Is the ``nn.Sequential(...)`` at hand passed to a class or function of the project
         (deepspeech's ``MaskConv(nn.Sequential(conv, bn, ...))``, which runs the modules one by one
-        and masks the output of each): the layers may not meet as a Sequential runs them."""
+        and masks the output of each)? The layers may not meet as a Sequential runs them. A list's
+        ``append`` or torch's own containers are not such code."""
         chain = self.ctx.ancestors
-        return len(chain) > 2 and type(chain[-2]) is cst.Arg and type(chain[-3]) is cst.Call \
-            and not (self.ctx.qualified_name(chain[-3].func) or "").startswith("torch.nn.")
+        if len(chain) < 3 or type(chain[-2]) is not cst.Arg or type(chain[-3]) is not cst.Call:
+            return False
+        call = chain[-3]
+        if type(call.func) is cst.Name and self.ctx.bindings.defined(call.func.value):
+            return True
+        return type(call.func) is cst.Name and self.ctx.calls.resolve(call) is not None
 
     @staticmethod
     def _ordered_dict_modules(call: cst.Call) -> list[cst.BaseExpression]:

@@ -84,8 +84,8 @@ The rule stays silent when the file's code (not a comment, docstring or printed 
 or `cudnn.deterministic` at all, or
 calls `torch.use_deterministic_algorithms` (deterministic mode is detected through any import
 spelling, so this rule and `deterministic-algorithms` never give contradicting advice), when a
-project module the script imports mentions `deterministic` or `cudnn.benchmark` (a `set_seed()`
-helper that sets them), and when it shows signs of inputs of varying shape
+project module the script imports sets them (a `set_seed()` helper that calls
+`torch.use_deterministic_algorithms` or assigns `cudnn.deterministic` or `cudnn.benchmark`), and when it shows signs of inputs of varying shape
 (`pad_sequence`, `pack_padded_sequence`, a custom `collate_fn`, multi-scale or random-size
 training). The fix adds the setting after the script's imports, when it imports `torch` at the top.
 
@@ -134,7 +134,8 @@ class CudnnBenchmark(ConvolutionalScriptRule):
 
     def _decided_in_the_project(self) -> bool:
         """Does a project module the script imports set the flags (a `set_seed()` helper that calls
-        `torch.use_deterministic_algorithms(True)`)? Its text says so; the choice is the project's."""
+        `torch.use_deterministic_algorithms(True)`, or assigns `cudnn.deterministic`/`benchmark`)?
+        Its text says so; the choice is the project's. Reading the flags does not count."""
         project = self.ctx.calls.project  # the file's own code was read by `already_decided`
         return any(project.mentions(self.ctx.path, word, self.ctx.source, imported_only=True)
-                   for word in ("deterministic", "cudnn.benchmark"))
+                   for word in ("use_deterministic_algorithms(", "cudnn.deterministic =", "cudnn.benchmark ="))

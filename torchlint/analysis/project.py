@@ -42,7 +42,8 @@ from torchlint.fileio import SourceDecodeError, decode_source
 # The words ``mentions`` answers for: what a helper must contain to do what some rule looks for.
 WORDS = ("empty_cache", "append", "+=", "backward", "item(", "cpu(", "numpy(", "print(", "format(", "synchronize",
          "float(", "add_scalar", "Conv", "conv1d", "conv2d", "conv3d", "conv_transpose", "torchvision",
-         "DataParallel", "set_default_", "deterministic", "cudnn.benchmark")
+         "DataParallel", "set_default_", "use_deterministic_algorithms(", "cudnn.deterministic =",
+         "cudnn.benchmark =")
 # `import a.b, c as d`, `from ..a import b, c`, `from a import *` and `from a import (b,\n c)` at the
 # start of a line (statements in blocks too)
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:import[ \t]+(?P<plain>[\w., \t]+)|from[ \t]+(?P<dots>\.*)(?P<module>[\w.]*)"
