@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness_helpers import (EnableCudaAutocast, LowerLearningRateClaimedSafe, MultiplyLearningRate, RespellLearningRate,
-                             ZeroLearningRate)
+                             ZeroLearningRate, with_no_measured_change)
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
@@ -606,14 +606,6 @@ def test_a_module_fix_that_stops_training_fails_and_is_not_kept(monkeypatch, tmp
     assert [(f["code"], f.get("path"), f["verdict"], f["kept"]) for f in report["per_fix"]] == \
         [("TL999", "training/optim.py", "fail", False)]
     assert report["keep"]["written"] is False and module.read_text(encoding="utf-8") == OPTIMIZER_MODULE
-
-
-def with_no_measured_change(monkeypatch) -> None:
-    """Make every fix measure the same as the original, so that what a test checks does not hang on
-    how busy the machine is (the keep decision on measures has its own tests in test_verify_units)."""
-    same = measures.Comparison(1.0, 0.0, measures.NO_CHANGE)
-    for name in ("step_time", "peak_memory", "memory_growth"):
-        monkeypatch.setattr(measures, name, lambda *args: same)
 
 
 def test_keep_writes_a_kept_module_fix_to_the_module(monkeypatch, tmp_path):
