@@ -105,7 +105,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 
 from torchlint.analysis.calls import ast_external_bases
 from torchlint.analysis.loops import iterated_value

@@ -81,10 +81,10 @@ import ast
 from functools import cache
 
 from torchlint.analysis.data import (IN_MEMORY_DATASETS, ITERABLE_DATASETS, ast_dataloader_argument,
-                                    ast_dataloader_calls, dataloader_argument, is_dataloader_call, workers_of)
+                                    ast_dataloader_calls, dataloader_argument, is_dataloader_call, without_workers)
 from torchlint.analysis.devices import mentions_cuda
-from torchlint.analysis.syntax import (ast_is_literal, dotted_name, has_star_args, is_literal, is_main_guard, names_in,
-                                       returns_of, same_literal)
+from torchlint.analysis.syntax import (ast_is_literal, dotted_name, has_star_args, is_main_guard, names_in,
+                                       returns_of)
 from torchlint.analysis.walk import Visitor, visit
 from torchlint.fixes import parse_expression, replace_arg_value, set_keyword
 from torchlint.lazy import libcst as cst
@@ -117,8 +117,7 @@ class DataloaderNumWorkers(Rule):
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node):
             return
         workers = dataloader_argument(node, "num_workers")
-        known, count = workers_of(node, self.ctx.bindings, self.ctx.parameters_around())
-        if workers is not None and not (known and same_literal(count, 0)):
+        if not without_workers(node, self.ctx.bindings, self.ctx.parameters_around()):  # `num_workers = 0` too
             return
         dataset = dataloader_argument(node, "dataset")
         if dataset is None or self._workers_do_not_help(dataset.value) or self._never_read():
@@ -188,7 +187,7 @@ class DataloaderNumWorkers(Rule):
             for nodes in self.ctx.bindings.definitions.values():
                 for node in (n for n in nodes if isinstance(n, cst.ClassDef)):
                     if any(isinstance(item, cst.FunctionDef) and item.name.value in ("__getitem__", "__iter__")
-                           and _moves_to_a_device(item.body) for item in node.body.body):
+                           and self.ctx.devices.moves_to_cuda(item.body) for item in node.body.body):
                         self._on_device.add(node.name.value)
         return self._on_device
 
@@ -230,28 +229,6 @@ class DataloaderNumWorkers(Rule):
             return True
         defined = {s.name.value for s in body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
         return all(_runs_nothing(statement, defined) for statement in body)
-
-
-def _moves_to_a_device(body: cst.CSTNode) -> bool:
-    """Does the code call ``.cuda(...)``, or ``.to(...)`` with a device (``"cuda"``, a name or
-    attribute that names a device, ``device=``)?"""
-    found = []
-
-    class Moves(Visitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if type(node.func) is not cst.Attribute or node.func.attr.value not in ("cuda", "to"):
-                return
-            if node.func.attr.value == "cuda" or any(a.keyword is not None and a.keyword.value == "device"
-                                                     for a in node.args):
-                found.append(node)
-            elif node.args and node.args[0].keyword is None:
-                target = node.args[0].value
-                text = target.evaluated_value if type(target) is cst.SimpleString else dotted_name(target) or ""
-                if isinstance(text, str) and ("cuda" in text or "device" in text.lower()):
-                    found.append(node)
-
-    visit(body, Moves())
-    return bool(found)
 
 
 def _runs_nothing(statement: cst.CSTNode, defined: set[str]) -> bool:

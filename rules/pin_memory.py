@@ -80,12 +80,11 @@ from __future__ import annotations
 import re
 
 from torchlint.analysis.data import (ast_dataloader_argument, ast_dataloader_calls, dataloader_argument, handed_to,
-                                    is_dataloader_call, workers_of)
+                                    is_dataloader_call, without_workers)
 from torchlint.analysis.devices import mentions_cuda
 from torchlint.analysis.loops import ast_training_loop_lines
 from torchlint.analysis.walk import walk
-from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, has_star_args, is_literal,
-                                       same_literal)
+from torchlint.analysis.syntax import (ast_find_keyword, ast_is_literal, dotted_name, has_star_args)
 from torchlint.fixes import set_keyword
 from torchlint.lazy import libcst as cst
 from torchlint.rule import Rule, SyntaxIndex
@@ -114,9 +113,7 @@ class PinMemory(Rule):
         if not is_dataloader_call(node, self.ctx.bindings) or has_star_args(node) \
                 or dataloader_argument(node, "pin_memory") is not None or not mentions_cuda(self.ctx.code):
             return
-        workers = dataloader_argument(node, "num_workers")
-        known, count = workers_of(node, self.ctx.bindings, self.ctx.parameters_around())
-        if workers is None or known and same_literal(count, 0):
+        if without_workers(node, self.ctx.bindings, self.ctx.parameters_around()):
             return  # pinning on the training thread does not pay (TL601 adds workers first)
         if not any(self.ctx.loops.backpropagated_names(loop) is not None and self.ctx.devices.moves_to_cuda(loop.body)
                    for loop in self._loops(node)):

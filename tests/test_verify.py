@@ -28,7 +28,7 @@ import torchlint  # noqa: E402
 from torchlint.engine import lint_source  # noqa: E402
 from torchlint.config import resolve_settings  # noqa: E402
 from torchlint.fileio import read_source  # noqa: E402
-from torchlint.harness import fix_plan, measures  # noqa: E402
+from torchlint.harness import fix_plan  # noqa: E402
 from torchlint.harness import verify as verify_module  # noqa: E402
 from torchlint.harness.cli import verify  # noqa: E402
 from torchlint.diagnostics import SAFE  # noqa: E402

@@ -339,6 +339,37 @@ def _mentions(source: str, name: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(name)}\b", source) is not None
 
 
+def _top_imports(ctx: RuleContext):
+    """The import statements of the module's body before the current top-level statement: each
+    statement line with each of its ``import``/``from ... import`` parts."""
+    body = list(ctx.module.body)
+    top = ctx.ancestors[1] if len(ctx.ancestors) > 1 else None
+    for statement in body[: body.index(top)] if top in body else body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    yield statement, small
+
+
+def _imported_as(small: cst.Import | cst.ImportFrom, module: str, name: str | None) -> str | None:
+    """How an import statement lets the code spell ``module`` (or ``module.name``), if it does."""
+    if isinstance(small, cst.Import):
+        for alias in small.names:
+            full = dotted_name(alias.name)
+            if alias.asname is not None:
+                local = alias.asname.name.value if full == module else None
+            else:  # `import a.b.c` makes `a.b` usable as written
+                local = module if full == module or full.startswith(module + ".") else None
+            if local:
+                return f"{local}.{name}" if name else local
+    elif name and not small.relative and small.module is not None \
+            and dotted_name(small.module) == module and not isinstance(small.names, cst.ImportStar):
+        for alias in small.names:
+            if dotted_name(alias.name) == name:
+                return alias.asname.name.value if alias.asname else name
+    return None
+
+
 def import_reference(ctx: RuleContext, module: str, name: str | None = None) -> tuple[str, NodeEdit | None] | None:
     """How to refer to ``module`` (or ``module.name``) at the current node: the local spelling
     and, when the file lacks the import, the edit that adds ``import module`` or ``from module
@@ -346,30 +377,12 @@ def import_reference(ctx: RuleContext, module: str, name: str | None = None) -> 
     None when that cannot be done safely (the name is already used for something else, or
     there is no top-level import to put it after)."""
     body = list(ctx.module.body)
-    top = ctx.ancestors[1] if len(ctx.ancestors) > 1 else None
     anchor = None
-    for statement in body[: body.index(top)] if top in body else body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Import):
-                anchor = statement
-                for alias in small.names:
-                    full = dotted_name(alias.name)
-                    if alias.asname is not None:
-                        local = alias.asname.name.value if full == module else None
-                    else:  # `import a.b.c` makes `a.b` usable as written
-                        local = module if full == module or full.startswith(module + ".") else None
-                    if local:
-                        return (f"{local}.{name}" if name else local), None
-            elif isinstance(small, cst.ImportFrom):
-                anchor = statement
-                if name and not small.relative and small.module is not None \
-                        and dotted_name(small.module) == module and not isinstance(small.names, cst.ImportStar):
-                    for alias in small.names:
-                        if dotted_name(alias.name) == name:
-                            local = alias.asname.name.value if alias.asname else name
-                            return local, None
+    for statement, small in _top_imports(ctx):
+        anchor = statement
+        local = _imported_as(small, module, name)
+        if local:
+            return local, None
     local = name or module.split(".")[0]
     if anchor is None or _mentions(ctx.source, local):
         return None  # nowhere to put it, or the name already means something in this file
@@ -415,20 +428,14 @@ def module_setting(ctx: RuleContext, template: str) -> NodeEdit | None:
             break
     if anchor is None:
         return None
-    torch = imported_name(ctx, "torch")
-    if torch is None:
+    found = next(((statement, local) for statement, small in _top_imports(ctx)
+                  if (local := _imported_as(small, "torch", None))), None)
+    if found is None:
         return None
+    binds, torch = found
     # the setting needs the name: after `import torch`, should that come after the first imports
     # and a block (a notebook that reads its data before importing torch)
-    binds = next((statement for statement in body if isinstance(statement, cst.SimpleStatementLine) and any(
-        isinstance(small, cst.Import) and any((alias.asname.name.value if alias.asname else
-                                               dotted_name(alias.name).split(".")[0]) == torch.split(".")[0]
-                                              for alias in small.names)
-        or isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and any(
-            (alias.asname.name.value if alias.asname else dotted_name(alias.name)) == torch.split(".")[0]
-            for alias in small.names)
-        for small in statement.body)), None)
-    if binds is not None and body.index(binds) > body.index(anchor):
+    if body.index(binds) > body.index(anchor):
         anchor = binds
     return NodeEdit(anchor, template.format(torch=torch) + "\n", "line_after")
 

@@ -62,15 +62,10 @@ def known_value(expr: cst.BaseExpression, bindings: Bindings, parameters: Collec
 
 def without_workers(call: cst.Call, bindings: Bindings, parameters: Collection[str] = ()) -> bool:
     """Does a DataLoader call load its batches in the main process, provably: ``num_workers``
-    absent (its default is 0), a literal 0, or a name only ever assigned 0 (see ``known_value``)?
+    absent (its default is 0), a literal 0, or a name only ever assigned 0 (see ``workers_of``)?
     ``*args``/``**kwargs`` may carry it, and ``args.workers``, a parameter or a name assigned
     other values may be more than 0: those are not known to be 0."""
-    if has_star_args(call):
-        return False
-    workers = dataloader_argument(call, "num_workers")
-    if workers is None:
-        return True
-    known, value = known_value(workers.value, bindings, parameters)
+    known, value = workers_of(call, bindings, parameters)
     return known and same_literal(value, 0)
 
 

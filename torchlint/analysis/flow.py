@@ -258,14 +258,19 @@ def function_of_call(call: cst.Call, bindings: Bindings) -> cst.FunctionDef | No
     return found[0] if len(found) == 1 else None
 
 
-def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> cst.BaseExpression | None:
+def argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str,
+                 bound: bool | None = None) -> cst.BaseExpression | None:
     """The expression a call passes for one of the function's parameters (by position, ``self``
-    skipped for a method called on an object, or by keyword)."""
+    skipped for a method called on an object, or by keyword). ``bound``: whether the call binds
+    the first parameter itself (``Net(...)`` for ``__init__``); by default, a call of an attribute
+    does for a first parameter named ``self`` or ``cls``."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == parameter:
             return arg.value
     names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
-    if names and names[0] in ("self", "cls") and type(call.func) is cst.Attribute:
+    if bound is None:
+        bound = bool(names) and names[0] in ("self", "cls") and type(call.func) is cst.Attribute
+    if bound:
         names = names[1:]
     positional = [a for a in call.args if a.keyword is None]
     if any(a.star for a in positional):
@@ -285,23 +290,15 @@ def passed_values(module: cst.Module, function: cst.FunctionDef, owner: cst.Clas
     if owner is not None and function.name.value != "__init__":
         return None
     callee = owner.name.value if owner is not None else function.name.value
-    params = [*function.params.posonly_params, *function.params.params]
-    names = [p.name.value for p in params][1 if owner is not None else 0:]
-    default = next((p.default for p in (*params, *function.params.kwonly_params) if p.name.value == parameter), None)
+    params = function.params
+    default = next((p.default for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+                    if p.name.value == parameter), None)
     values: list[cst.BaseExpression | None] = []
-
-    def passed(call: cst.Call) -> cst.BaseExpression | None:
-        keyword = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == parameter), None)
-        if keyword is not None or any(a.star for a in call.args):
-            return keyword
-        positional = [a for a in call.args if a.keyword is None]
-        if parameter in names and names.index(parameter) < len(positional):
-            return positional[names.index(parameter)].value
-        return default
 
     def on_visit(node: cst.CSTNode) -> bool:
         if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == callee:
-            values.append(passed(node))
+            passed = argument_for(node, function, parameter, bound=owner is not None)
+            values.append(passed if passed is not None or any(a.star for a in node.args) else default)
         return True
 
     walk(module, on_visit)
